@@ -1,0 +1,36 @@
+# sparklog: the two commands a fresh machine needs are `make demo` and `make test`.
+# Everything they need (virtualenv, Python packages, ZooKeeper, Delta jars) is installed from here.
+
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.sparklog-installed
+
+.PHONY: install test test-fast demo bench lint clean
+
+install: $(STAMP)
+
+$(STAMP): setup.cfg pyproject.toml scripts/install_zookeeper.sh scripts/zookeeper-pom.xml
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -e '.[test]'
+	bash scripts/install_zookeeper.sh
+	@touch $(STAMP)
+
+test: install
+	$(BIN)/python -m pytest
+
+test-fast: install
+	$(BIN)/python -m pytest -m "not slow"
+
+lint: install
+	$(BIN)/ruff check src tests
+
+bench: install
+	$(BIN)/sparklog bench append --json
+
+demo: install
+	$(BIN)/python -m sparklog.demo
+
+clean:
+	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis build dist src/*.egg-info data

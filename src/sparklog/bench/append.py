@@ -1,0 +1,84 @@
+"""``sparklog bench append``: the storage engine alone, appending and reading back a partition log."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import statistics
+import tempfile
+import time
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from sparklog.broker.log import PartitionLog
+from sparklog.config import TopicConfig
+
+
+def make_values(count: int, value_bytes: int, seed: int = 7) -> pa.Array:
+    """``count`` random binary values of ``value_bytes`` each, built without a per-record loop."""
+    rng = np.random.default_rng(seed)
+    data = pa.py_buffer(rng.integers(0, 256, size=count * value_bytes, dtype=np.uint8).tobytes())
+    offsets = pa.py_buffer((np.arange(count + 1, dtype=np.int32) * value_bytes).tobytes())
+    return pa.Array.from_buffers(pa.binary(), count, [None, offsets, data])
+
+
+def _one_run(directory: str, batch: pa.RecordBatch, batches: int, compression: str) -> dict[str, float]:
+    log = PartitionLog(directory, TopicConfig.from_dict({"compression": compression}))
+    start = time.perf_counter()
+    for _ in range(batches):
+        log.append(batch)
+    appended = time.perf_counter() - start
+    log.flush()
+    flushed = time.perf_counter() - start
+    size = log.size_bytes
+    start = time.perf_counter()
+    offset, seen = 0, 0
+    while offset < log.log_end_offset:
+        got = log.read(offset, max_bytes=64 << 20)
+        seen += sum(b.num_rows for b in got)
+        offset = got[-1].column(0)[-1].as_py() + 1
+    read = time.perf_counter() - start
+    log.close()
+    shutil.rmtree(directory)
+    if seen != batches * batch.num_rows:
+        raise AssertionError(f"read back {seen} records, appended {batches * batch.num_rows}")
+    return {"append_s": appended, "flush_s": flushed, "read_s": read, "size": size}
+
+
+def run(
+    records: int = 10_000_000,
+    value_bytes: int = 100,
+    batch_records: int = 10_000,
+    compression: str = "none",
+    repeat: int = 3,
+    data_dir: str | None = None,
+) -> dict[str, Any]:
+    """Append ``records`` records in batches, fsync, read them all back; medians of ``repeat`` runs
+    after one warm-up run (freshly freed VM memory is slow to touch: see FACTS.md)."""
+    batch = pa.record_batch({"value": make_values(batch_records, value_bytes)})
+    batches = max(1, records // batch_records)
+    total = batches * batch_records
+    with tempfile.TemporaryDirectory(dir=data_dir, prefix="sparklog-bench-") as tmp:
+        _one_run(os.path.join(tmp, "warm-up"), batch, batches, compression)
+        runs = [_one_run(os.path.join(tmp, f"run-{i}"), batch, batches, compression) for i in range(repeat)]
+
+    def median(key: str) -> float:
+        return statistics.median(r[key] for r in runs)
+
+    size = runs[0]["size"]
+    return {
+        "scenario": "append",
+        "records": total,
+        "value_bytes": value_bytes,
+        "batch_records": batch_records,
+        "compression": compression,
+        "repeat": repeat,
+        "records_per_s": round(total / median("append_s")),
+        "mb_per_s": round(size / median("append_s") / 1e6, 1),
+        "records_per_s_with_fsync": round(total / median("flush_s")),
+        "read_records_per_s": round(total / median("read_s")),
+        "read_mb_per_s": round(size / median("read_s") / 1e6, 1),
+        "stored_bytes": size,
+    }

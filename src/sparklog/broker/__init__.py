@@ -1,0 +1,1 @@
+"""The sparklog broker: partition logs, the Flight server, replication and the controller."""

@@ -1,0 +1,421 @@
+"""The log of one partition: a directory of segments with contiguous offsets, recovery, retention.
+
+Directory contents: the segments (``<base>.arrows`` with ``.index`` and ``.timeindex``),
+``recovery-point`` (the offset below which everything was fsynced) and, while the log is closed
+cleanly, ``clean-shutdown``. On open without the marker, every segment from the one holding the
+recovery point on is verified batch by batch and a torn or corrupt tail is cut off.
+"""
+
+from __future__ import annotations
+
+import bisect
+import concurrent.futures
+import contextlib
+import dataclasses
+import os
+import shutil
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+
+from sparklog.broker.log.batch_codec import BatchHeader
+from sparklog.broker.log.segment import SEGMENT_SUFFIX, LogSegment, delete_segment_files, header_for
+from sparklog.config import TopicConfig
+from sparklog.errors import CorruptRecord, InvalidRecord, LogClosed, OffsetOutOfRange, RecordTooLarge
+from sparklog.records import TIMESTAMP_TYPE, column_max, int64_column, record_schema, to_record_batch
+from sparklog.records import now_ms as wall_clock_ms
+
+CLEAN_SHUTDOWN_FILE = "clean-shutdown"
+RECOVERY_POINT_FILE = "recovery-point"
+CLEANING_DIR = ".cleaning"
+DEFAULT_MAX_BYTES = 8 << 20
+
+
+_FLUSHER: concurrent.futures.ThreadPoolExecutor | None = None
+
+
+def _flusher() -> concurrent.futures.ThreadPoolExecutor:
+    """The one background thread that fsyncs rolled segments."""
+    global _FLUSHER
+    if _FLUSHER is None:
+        _FLUSHER = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="sparklog-flush")
+    return _FLUSHER
+
+
+@dataclasses.dataclass(frozen=True)
+class AppendInfo:
+    """Where an appended batch landed."""
+
+    base_offset: int
+    last_offset: int
+    count: int
+    max_timestamp: int
+
+
+class PartitionLog:
+    """An append-only, ordered, durable log of record batches for one topic partition.
+
+    Thread-safe: appends, rolls, retention and compaction take the log's lock; reads work on a
+    snapshot of the segment list and never block appends.
+    """
+
+    def __init__(
+        self,
+        directory: str | os.PathLike[str],
+        config: TopicConfig | None = None,
+        value_type: pa.DataType = pa.binary(),
+        clock: Callable[[], int] = wall_clock_ms,
+    ) -> None:
+        self.directory = Path(directory)
+        self.config = config or TopicConfig()
+        self.value_type = value_type
+        self.schema = record_schema(value_type)
+        self.clock = clock
+        self.lock = threading.RLock()
+        self.closed = False
+        self.recovered_bytes = 0
+        self._unflushed_messages = 0
+        self._last_flush_ms = clock()
+        self._active_created_ms = clock()
+        self._pending_flushes: list[concurrent.futures.Future[None]] = []
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self.segments: list[LogSegment] = []
+        self._load()
+
+    # ----------------------------------------------------------------- opening and recovery
+    def _load(self) -> None:
+        shutil.rmtree(self.directory / CLEANING_DIR, ignore_errors=True)  # an interrupted compaction
+        marker = self.directory / CLEAN_SHUTDOWN_FILE
+        clean = marker.exists()
+        recovery_point = self._read_recovery_point()
+        bases = sorted(int(p.name[: -len(SEGMENT_SUFFIX)]) for p in self.directory.glob(f"*{SEGMENT_SUFFIX}"))
+        interval = self.config.index_interval_bytes
+        for i, base in enumerate(bases):
+            next_base = bases[i + 1] if i + 1 < len(bases) else None
+            must_verify = not clean and (next_base is None or next_base > recovery_point)
+            try:
+                segment = LogSegment.open(self.directory, base, interval, recover=must_verify)
+            except CorruptRecord:
+                # the schema message itself is unreadable: the segment was torn right at creation
+                self._drop_from(bases[i:])
+                break
+            self.recovered_bytes += segment.recovered_bytes
+            self.segments.append(segment)
+            if segment.recovered_bytes and next_base is not None:
+                self._drop_from(bases[i + 1 :])  # a cut in the middle: keep the log a prefix
+                break
+        if not self.segments:
+            self.segments.append(self._new_segment(0))
+        marker.unlink(missing_ok=True)
+
+    def _drop_from(self, bases: list[int]) -> None:
+        for base in bases:
+            delete_segment_files(self.directory, base)
+
+    def _read_recovery_point(self) -> int:
+        try:
+            return int((self.directory / RECOVERY_POINT_FILE).read_text().strip())
+        except (OSError, ValueError):
+            return 0
+
+    def _write_recovery_point(self, offset: int) -> None:
+        tmp = self.directory / (RECOVERY_POINT_FILE + ".tmp")
+        tmp.write_text(str(offset))
+        os.replace(tmp, self.directory / RECOVERY_POINT_FILE)
+
+    # ----------------------------------------------------------------- properties
+    @property
+    def active(self) -> LogSegment:
+        return self.segments[-1]
+
+    @property
+    def log_start_offset(self) -> int:
+        """The first offset still in the log (retention moves it forward)."""
+        return self.segments[0].base_offset
+
+    @property
+    def log_end_offset(self) -> int:
+        """The offset the next appended record will get."""
+        return self.segments[-1].next_offset
+
+    @property
+    def size_bytes(self) -> int:
+        return sum(s.size for s in self.segments)
+
+    # ----------------------------------------------------------------- appending
+    def append(
+        self,
+        data: pa.RecordBatch | pa.Table,
+        *,
+        leader_epoch: int = 0,
+        producer_id: int = -1,
+        producer_seq: int = -1,
+    ) -> AppendInfo:
+        """Append records (columns ``key``, ``value``, optional ``timestamp`` and ``headers``) as one
+        batch with the next contiguous offsets; returns where they landed.
+
+        Bad input raises :class:`InvalidRecord` or :class:`RecordTooLarge` and stores nothing.
+        """
+        now = self.clock()
+        batch = to_record_batch(data, self.value_type, now)
+        self._validate(batch)
+        if self.config.message_timestamp_type == "LogAppendTime":
+            batch = batch.set_column(
+                1, self.schema.field(1), int64_column(np.full(batch.num_rows, now), TIMESTAMP_TYPE)
+            )
+        max_ts = column_max(batch.column(1))
+        with self.lock:
+            self._check_open()
+            self._maybe_roll(batch.get_total_buffer_size(), now)
+            base = self.log_end_offset
+            batch = batch.set_column(
+                0, self.schema.field(0), int64_column(np.arange(base, base + batch.num_rows, dtype=np.int64))
+            )
+            header = BatchHeader(
+                base,
+                base + batch.num_rows - 1,
+                batch.num_rows,
+                max_ts,
+                leader_epoch,
+                producer_id,
+                producer_seq,
+            )
+            self.active.append(batch, header, self.config.compression)
+            self._after_append(batch.num_rows, now)
+        return AppendInfo(base, header.last_offset, batch.num_rows, max_ts)
+
+    def append_replica(self, batch: pa.RecordBatch, header: BatchHeader) -> None:
+        """Append a batch that already has offsets (a follower copying its leader's log)."""
+        if batch.schema != self.schema:
+            raise InvalidRecord(f"replicated batch schema {batch.schema} differs from {self.schema}")
+        now = self.clock()
+        with self.lock:
+            self._check_open()
+            if header.base_offset < self.log_end_offset:
+                raise InvalidRecord(
+                    f"replicated batch at offset {header.base_offset} is below the log end "
+                    f"{self.log_end_offset}"
+                )
+            self._maybe_roll(batch.get_total_buffer_size(), now, base=header.base_offset)
+            self.active.append(batch, header, self.config.compression)
+            self._after_append(batch.num_rows, now)
+
+    def _validate(self, batch: pa.RecordBatch) -> None:
+        if batch.num_rows == 0:
+            raise InvalidRecord("a record batch must hold at least one record")
+        size = batch.get_total_buffer_size()
+        if size > self.config.max_message_bytes:
+            raise RecordTooLarge(
+                f"record batch of {size} bytes is larger than max.message.bytes="
+                f"{self.config.max_message_bytes}"
+            )
+        if self.config.compacted and batch.column(2).null_count:
+            raise InvalidRecord("records of a compacted topic (cleanup.policy=compact) must have a key")
+
+    def _check_open(self) -> None:
+        if self.closed:
+            raise LogClosed(f"partition log {self.directory} is closed")
+
+    def _maybe_roll(self, incoming_bytes: int, now: int, base: int | None = None) -> None:
+        active = self.active
+        if active.is_empty:
+            if base is not None and base != active.base_offset:
+                self._replace_empty_active(base)
+            return
+        if (
+            active.size + incoming_bytes > self.config.segment_bytes
+            or now - self._active_created_ms >= self.config.segment_ms
+            or base is not None
+            and base != active.next_offset
+        ):
+            self._roll(self.log_end_offset if base is None else base)
+
+    def _new_segment(self, base: int) -> LogSegment:
+        return LogSegment.create(self.directory, base, self.schema, self.config.index_interval_bytes)
+
+    def _roll(self, base: int) -> None:
+        old = self.active
+        self.segments.append(self._new_segment(base))
+        self._active_created_ms = self.clock()
+        # fsync the finished segment off the append path (as Kafka's scheduler does)
+        self._pending_flushes = [f for f in self._pending_flushes if not f.done()]
+        self._pending_flushes.append(_flusher().submit(self._flush_rolled, old))
+
+    def _flush_rolled(self, segment: LogSegment) -> None:
+        with contextlib.suppress(OSError):  # closed or deleted meanwhile: nothing left to make durable
+            segment.flush()
+            with self.lock:
+                if not self.closed and segment.next_offset > self._read_recovery_point():
+                    self._write_recovery_point(segment.next_offset)
+
+    def _replace_empty_active(self, base: int) -> None:
+        """An empty active segment at the wrong base offset (a follower's first fetch) is recreated."""
+        self.segments.pop().delete()
+        self.segments.append(self._new_segment(base))
+        self._active_created_ms = self.clock()
+
+    def roll(self) -> None:
+        """Start a new active segment now (if the current one holds anything)."""
+        with self.lock:
+            if not self.active.is_empty:
+                self._roll(self.log_end_offset)
+
+    def _after_append(self, count: int, now: int) -> None:
+        self._unflushed_messages += count
+        cfg = self.config
+        if (cfg.flush_messages >= 0 and self._unflushed_messages >= cfg.flush_messages) or (
+            cfg.flush_ms >= 0 and now - self._last_flush_ms >= cfg.flush_ms
+        ):
+            self.flush()
+
+    def flush(self) -> None:
+        """fsync everything appended so far and move the recovery point to the log end."""
+        with self.lock:
+            if self.closed:
+                return
+            self.active.flush()
+            self._unflushed_messages = 0
+            self._last_flush_ms = self.clock()
+            self._write_recovery_point(self.log_end_offset)
+
+    # ----------------------------------------------------------------- reading
+    def read(
+        self, offset: int, max_bytes: int = DEFAULT_MAX_BYTES, upto: int | None = None
+    ) -> list[pa.RecordBatch]:
+        """Record batches from the one holding ``offset`` on, about ``max_bytes`` of them (at least one
+        batch if any record is there), zero-copy from memory-mapped segments; none at or past ``upto``
+        (the high watermark, for consumers). Reading at the log end returns ``[]``."""
+        segments = self.segments
+        start, end = segments[0].base_offset, segments[-1].next_offset
+        if offset < 0 or offset < start or offset > end:
+            raise OffsetOutOfRange(f"offset {offset} is outside the log [{start}, {end}]")
+        if upto is not None and offset >= upto:
+            return []
+        out: list[pa.RecordBatch] = []
+        budget = max_bytes
+        i = max(0, bisect.bisect_right([s.base_offset for s in segments], offset) - 1)
+        for segment in segments[i:]:
+            if segment.next_offset <= offset:
+                continue
+            try:
+                batches, taken, exhausted = segment.read(offset, budget, upto, at_least_one=not out)
+            except FileNotFoundError as exc:
+                raise OffsetOutOfRange(f"offset {offset} was just deleted by retention") from exc
+            out.extend(batches)
+            budget -= taken
+            if not exhausted or (upto is not None and segment.next_offset >= upto):
+                break
+        return out
+
+    def offset_for_time(self, timestamp: int) -> int | None:
+        """The first offset whose timestamp is >= ``timestamp`` (ms), or None if every record is older."""
+        for segment in list(self.segments):
+            found = segment.offset_for_time(timestamp)
+            if found is not None:
+                return found
+        return None
+
+    def iter_batches(self) -> Iterator[pa.RecordBatch]:
+        """Every batch of the log, oldest first."""
+        for segment in list(self.segments):
+            for stored in segment.batches():
+                yield stored.batch
+
+    # ----------------------------------------------------------------- retention and truncation
+    def apply_retention(self) -> int:
+        """Delete whole old segments by ``retention.ms`` (largest timestamp) and ``retention.bytes``;
+        never the active segment. Returns how many segments were deleted."""
+        if not self.config.deletes:
+            return 0
+        now = self.clock()
+        cfg = self.config
+        with self.lock:
+            doomed: list[LogSegment] = []
+            candidates = self.segments[:-1]
+            if cfg.retention_ms >= 0:
+                for segment in candidates:
+                    if segment.max_timestamp >= now - cfg.retention_ms:
+                        break
+                    doomed.append(segment)
+            if cfg.retention_bytes >= 0:
+                excess = self.size_bytes - cfg.retention_bytes
+                for segment in candidates:
+                    if excess - segment.size < 0:
+                        break
+                    excess -= segment.size
+                    if segment not in doomed:
+                        doomed.append(segment)
+            return self.delete_segments(doomed)
+
+    def delete_segments(self, doomed: list[LogSegment]) -> int:
+        """Remove the given (non-active) segments; the log start moves to the first one left."""
+        with self.lock:
+            doomed = [s for s in doomed if s is not self.active]
+            self.segments = [s for s in self.segments if s not in doomed]
+            for segment in doomed:
+                segment.delete()
+            return len(doomed)
+
+    def replace_segment(self, old: LogSegment, new: LogSegment | None) -> None:
+        """Swap a segment object (after compaction rewrote its file); None drops it."""
+        with self.lock:
+            i = self.segments.index(old)
+            if new is None:
+                del self.segments[i]
+            else:
+                self.segments[i] = new
+
+    def truncate_to(self, offset: int) -> None:
+        """Remove every record at or after ``offset`` (a follower diverged from its leader)."""
+        with self.lock:
+            self._check_open()
+            if offset >= self.log_end_offset:
+                return
+            if offset <= self.log_start_offset:
+                self.truncate_fully(offset)
+                return
+            while len(self.segments) > 1 and self.active.base_offset >= offset:
+                self.segments.pop().delete()
+            kept = self.active.truncate_to(offset)
+            self._write_recovery_point(min(self._read_recovery_point(), offset))
+            if kept is not None and kept.num_rows:
+                self.append_replica(kept, header_for(kept, 0, -1, -1))
+            if self.log_end_offset < offset:  # compaction left a gap at the end: offsets never go back
+                self._maybe_roll(0, self.clock(), base=offset)
+
+    def truncate_fully(self, new_start: int) -> None:
+        """Delete everything and restart the log, empty, at ``new_start``."""
+        with self.lock:
+            for segment in self.segments:
+                segment.delete()
+            self.segments = [self._new_segment(new_start)]
+            self._write_recovery_point(new_start)
+
+    # ----------------------------------------------------------------- lifecycle
+    def close(self) -> None:
+        """Flush, close every segment and mark the shutdown clean (the next open skips recovery)."""
+        for pending in self._pending_flushes:
+            pending.result()
+        with self.lock:
+            if self.closed:
+                return
+            self.flush()
+            for segment in self.segments:
+                segment.close()
+            self.closed = True
+            (self.directory / CLEAN_SHUTDOWN_FILE).write_text("")
+
+    def __enter__(self) -> PartitionLog:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"PartitionLog({self.directory}, start={self.log_start_offset}, end={self.log_end_offset})"
+
+
+__all__ = ["AppendInfo", "PartitionLog", "header_for"]

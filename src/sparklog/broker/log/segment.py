@@ -1,0 +1,335 @@
+"""One segment of a partition log: an Arrow IPC stream file named by its base offset, plus its indexes.
+
+Files of the segment with base offset 42:
+``00000000000000000042.arrows`` (records), ``.index`` (offset index), ``.timeindex`` (time index).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from sparklog.broker.log.batch_codec import (
+    BatchEncoder,
+    BatchHeader,
+    StoredBatch,
+    read_batch_at,
+    read_header_at,
+    read_schema,
+    scan_batches,
+)
+from sparklog.broker.log.offset_index import OffsetIndex
+from sparklog.broker.log.time_index import TimeIndex
+from sparklog.errors import CorruptRecord
+from sparklog.records import column_max
+
+SEGMENT_SUFFIX = ".arrows"
+INDEX_SUFFIX = ".index"
+TIME_INDEX_SUFFIX = ".timeindex"
+
+
+def segment_path(directory: Path, base_offset: int, suffix: str = SEGMENT_SUFFIX) -> Path:
+    return directory / f"{base_offset:020d}{suffix}"
+
+
+def delete_segment_files(directory: Path, base_offset: int) -> None:
+    """Remove a segment's record file and indexes (the record file last would leave a valid log)."""
+    for suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX, SEGMENT_SUFFIX):
+        segment_path(directory, base_offset, suffix).unlink(missing_ok=True)
+
+
+class LogSegment:
+    """An append-only Arrow IPC stream of record batches with increasing offsets.
+
+    Appends: a :class:`BatchEncoder` turns the batch into its IPC message (CRC included) as buffer
+    references, written with one ``pwritev`` at the end of the file. Reads come zero-copy from a
+    memory map renewed when the file has grown past it. The caller (``PartitionLog``) serializes
+    appends.
+    """
+
+    def __init__(self, directory: Path, base_offset: int, index_interval_bytes: int = 4096) -> None:
+        self.directory = Path(directory)
+        self.base_offset = base_offset
+        self.path = segment_path(self.directory, base_offset)
+        self.index_interval_bytes = index_interval_bytes
+        self.schema: pa.Schema
+        self.first_position = 0
+        self.size = 0
+        self.next_offset = base_offset
+        self.max_timestamp = -1
+        self.first_batch_timestamp: int | None = None
+        self.recovered_bytes = 0
+        self._encoder: BatchEncoder | None = None
+        self._bytes_since_index = 0
+        self._fd = -1
+        self._data: pa.Buffer | None = None
+        self.offset_index: OffsetIndex
+        self.time_index: TimeIndex
+
+    # ----------------------------------------------------------------- creation and opening
+    @classmethod
+    def create(
+        cls,
+        directory: Path,
+        base_offset: int,
+        schema: pa.Schema,
+        index_interval_bytes: int = 4096,
+    ) -> LogSegment:
+        """A new, empty segment (its file holds just the schema message)."""
+        seg = cls(directory, base_offset, index_interval_bytes)
+        for suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX):
+            segment_path(seg.directory, base_offset, suffix).unlink(missing_ok=True)
+        seg._encoder = BatchEncoder(schema)
+        head = seg._encoder.schema_message()
+        seg._fd = os.open(seg.path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+        os.write(seg._fd, head)
+        seg.schema = schema
+        seg.first_position = seg.size = len(head)
+        seg._open_indexes()
+        return seg
+
+    @classmethod
+    def open(
+        cls, directory: Path, base_offset: int, index_interval_bytes: int = 4096, recover: bool = False
+    ) -> LogSegment:
+        """Open an existing segment. With ``recover`` every batch is verified, a torn or corrupt tail is
+        truncated and the indexes are rebuilt; otherwise indexes are trusted if they look sane."""
+        seg = cls(directory, base_offset, index_interval_bytes)
+        seg._fd = os.open(seg.path, os.O_RDWR)
+        seg.size = os.fstat(seg._fd).st_size
+        data = seg._map()
+        seg.schema, seg.first_position = read_schema(data)
+        seg._open_indexes()
+        if recover or not seg._indexes_usable():
+            seg.recover()
+        else:
+            seg._load_tail()
+        return seg
+
+    def _open_indexes(self) -> None:
+        self.offset_index = OffsetIndex(segment_path(self.directory, self.base_offset, INDEX_SUFFIX))
+        self.time_index = TimeIndex(segment_path(self.directory, self.base_offset, TIME_INDEX_SUFFIX))
+
+    def _indexes_usable(self) -> bool:
+        index_files = [segment_path(self.directory, self.base_offset, s) for s in (INDEX_SUFFIX,)]
+        if not all(p.exists() for p in index_files):
+            return False
+        return self.offset_index.sane(self.base_offset, self.size) and len(self.time_index) == len(
+            self.offset_index
+        )
+
+    def _load_tail(self) -> None:
+        """Learn next offset and max timestamp from the last indexed batch onwards (headers only)."""
+        entry = self.offset_index.lookup(2**62)
+        position = entry[1] if entry else self.first_position
+        self.max_timestamp = self.time_index.max_timestamp or -1
+        data = self._map()
+        try:
+            for header, _position, end in self._headers(data, position):
+                self.next_offset = header.last_offset + 1
+                self.max_timestamp = max(self.max_timestamp, header.max_timestamp)
+                position = end
+        except CorruptRecord:
+            self.recover()
+            return
+        if position != self.size:
+            self.recover()
+            return
+        self._set_first_batch_timestamp(data)
+
+    def _set_first_batch_timestamp(self, data: pa.Buffer) -> None:
+        if self.size > self.first_position:
+            self.first_batch_timestamp = read_header_at(data, self.first_position)[0].max_timestamp
+
+    def recover(self) -> int:
+        """Verify every batch, truncate after the last valid one, rebuild both indexes.
+
+        Returns the number of bytes cut off.
+        """
+        data = self._map()
+        self.offset_index.truncate(0)
+        self.time_index.truncate(0)
+        self._bytes_since_index = 0
+        self.first_batch_timestamp = None
+        self.next_offset = self.base_offset
+        self.max_timestamp = -1
+        end = self.first_position
+        for stored in scan_batches(data, self.schema, self.first_position, verify=True):
+            if stored.header.base_offset < self.next_offset:
+                break  # offsets must increase: anything else is garbage that happens to parse
+            self._index(stored.header, stored.position, stored.size)
+            end = stored.end
+        cut = self.size - end
+        self.recovered_bytes += cut
+        if cut:
+            os.ftruncate(self._fd, end)
+            self.size = end
+            self._data = None
+        return cut
+
+    # ----------------------------------------------------------------- writing
+    def append(self, batch: pa.RecordBatch, header: BatchHeader, compression: str = "none") -> int:
+        """Append one batch whose ``offset`` column is already assigned; returns its stored size."""
+        encoder = self._encoder
+        if encoder is None or encoder.compression != compression:
+            encoder = self._encoder = BatchEncoder(self.schema, compression)
+        pieces = encoder.encode(batch, header)
+        position = self.size
+        total = sum(p.size if isinstance(p, pa.Buffer) else len(p) for p in pieces)
+        written = os.pwritev(self._fd, pieces, position)
+        while written < total:  # a short write of a huge batch: write the rest
+            rest = b"".join(bytes(p) for p in pieces)[written:]
+            written += os.pwrite(self._fd, rest, position + written)
+        self.size = position + total
+        self._index(header, position, total)
+        return total
+
+    def _index(self, header: BatchHeader, position: int, size: int) -> None:
+        if self.first_batch_timestamp is None:
+            self.first_batch_timestamp = header.max_timestamp
+        self.max_timestamp = max(self.max_timestamp, header.max_timestamp)
+        if self._bytes_since_index >= self.index_interval_bytes:
+            self.offset_index.append(header.base_offset, position)
+            self.time_index.append(self.max_timestamp, header.base_offset)
+            self._bytes_since_index = 0
+        self._bytes_since_index += size
+        self.next_offset = header.last_offset + 1
+
+    def flush(self) -> None:
+        """fsync the records and the indexes."""
+        os.fsync(self._fd)
+        self.offset_index.flush()
+        self.time_index.flush()
+
+    def truncate_to(self, offset: int) -> pa.RecordBatch | None:
+        """Remove every record at or after ``offset``. A batch that straddles ``offset`` is removed
+        whole and its records below ``offset`` are returned for the caller to append again."""
+        if offset >= self.next_offset:
+            return None
+        data = self._map()
+        keep_end = self._start_position(offset)
+        straddler: pa.RecordBatch | None = None
+        for header, position, end in self._headers(data, keep_end):
+            if header.last_offset < offset:
+                keep_end = end
+                continue
+            if header.base_offset < offset:
+                batch = read_batch_at(data, position, self.schema).batch
+                straddler = batch.filter(pc.less(batch.column(0), offset))
+            break
+        self._data = None
+        del data
+        os.ftruncate(self._fd, keep_end)
+        self.size = keep_end
+        self.recover()
+        return straddler
+
+    def _start_position(self, offset: int) -> int:
+        entry = self.offset_index.lookup(offset)
+        return entry[1] if entry else self.first_position
+
+    # ----------------------------------------------------------------- reading
+    def _map(self, size: int | None = None) -> pa.Buffer:
+        """The segment's bytes up to ``size`` (default: the committed size), memory-mapped."""
+        size = self.size if size is None else size
+        data = self._data
+        if data is None or data.size < size:
+            with pa.memory_map(str(self.path), "r") as mapped:
+                data = mapped.read_buffer()
+            self._data = data
+        return data.slice(0, size) if data.size > size else data
+
+    def _headers(self, data: pa.Buffer, position: int) -> Iterator[tuple[BatchHeader, int, int]]:
+        while position < data.size:
+            header, end = read_header_at(data, position)
+            yield header, position, end
+            position = end
+
+    def read(
+        self, offset: int, max_bytes: int, upto: int | None = None, at_least_one: bool = True
+    ) -> tuple[list[pa.RecordBatch], int, bool]:
+        """Whole batches holding records at or after ``offset`` (the first one may start before it),
+        at most ``max_bytes`` of them (but one batch if ``at_least_one``), none at or past ``upto``; a
+        batch that straddles ``upto`` is sliced. Returns the batches, their stored size and whether
+        the segment was read to its end."""
+        data = self._map()
+        out: list[pa.RecordBatch] = []
+        taken = 0
+        for header, position, end in self._headers(data, self._start_position(offset)):
+            if header.last_offset < offset:
+                continue
+            if upto is not None and header.base_offset >= upto:
+                return out, taken, True
+            if taken + (end - position) > max_bytes and (out or not at_least_one):
+                return out, taken, False
+            batch = read_batch_at(data, position, self.schema).batch
+            if upto is not None and header.last_offset >= upto:
+                batch = batch.filter(pc.less(batch.column(0), upto))
+            out.append(batch)
+            taken += end - position
+        return out, taken, True
+
+    def offset_for_time(self, timestamp: int) -> int | None:
+        """The first offset whose record has a timestamp >= ``timestamp``, or None if none here."""
+        if self.max_timestamp < timestamp:
+            return None
+        start = self.time_index.search_start(timestamp)
+        position = self._start_position(start) if start is not None else self.first_position
+        data = self._map()
+        for header, pos, _end in self._headers(data, position):
+            if header.max_timestamp < timestamp:
+                continue
+            batch = read_batch_at(data, pos, self.schema).batch
+            ts = batch.column(1).cast(pa.int64())
+            hits = pc.indices_nonzero(pc.greater_equal(ts, timestamp))
+            if len(hits):
+                return batch.column(0)[hits[0].as_py()].as_py()
+        return None
+
+    def batches(self, verify: bool = False) -> Iterator[StoredBatch]:
+        """Every batch of the segment, in order."""
+        data = self._map()
+        position = self.first_position
+        while position < data.size:
+            stored = read_batch_at(data, position, self.schema, verify=verify)
+            yield stored
+            position = stored.end
+
+    # ----------------------------------------------------------------- lifecycle
+    @property
+    def is_empty(self) -> bool:
+        return self.size <= self.first_position
+
+    def close(self) -> None:
+        self._encoder = None
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+        self.offset_index.close()
+        self.time_index.close()
+
+    def delete(self) -> None:
+        """Close and remove the segment's files."""
+        self.close()
+        delete_segment_files(self.directory, self.base_offset)
+
+    def __repr__(self) -> str:
+        return f"LogSegment(base={self.base_offset}, next={self.next_offset}, size={self.size})"
+
+
+def header_for(batch: pa.RecordBatch, leader_epoch: int, producer_id: int, producer_seq: int) -> BatchHeader:
+    offsets = batch.column(0)
+    ts = column_max(batch.column(1))
+    return BatchHeader(
+        base_offset=offsets[0].as_py(),
+        last_offset=offsets[-1].as_py(),
+        count=batch.num_rows,
+        max_timestamp=-1 if ts is None else ts,
+        leader_epoch=leader_epoch,
+        producer_id=producer_id,
+        producer_seq=producer_seq,
+    )

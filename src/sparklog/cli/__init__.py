@@ -1,0 +1,1 @@
+"""The ``sparklog`` command line."""

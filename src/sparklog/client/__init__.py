@@ -1,0 +1,1 @@
+"""Producer, Consumer and Admin clients."""

@@ -1,0 +1,135 @@
+"""Topic configuration: Kafka's names, meanings and (mostly) defaults, validated in one place."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any
+
+from sparklog.errors import InvalidConfig
+
+CLEANUP_POLICIES = ("delete", "compact", "compact,delete")
+COMPRESSIONS = ("none", "lz4", "zstd")
+TIMESTAMP_TYPES = ("CreateTime", "LogAppendTime")
+SCHEMA_COMPATIBILITIES = ("BACKWARD", "FORWARD", "FULL", "NONE")
+
+_DAY_MS = 24 * 3600 * 1000
+
+
+@dataclasses.dataclass(frozen=True)
+class TopicConfig:
+    """The settings of one topic. Field names are Kafka's config names with ``.`` replaced by ``_``.
+
+    ``-1`` means "no limit" for ``retention_ms``, ``retention_bytes``, ``flush_messages`` and ``flush_ms``.
+    """
+
+    retention_ms: int = 7 * _DAY_MS
+    retention_bytes: int = -1
+    segment_bytes: int = 1 << 30
+    segment_ms: int = 7 * _DAY_MS
+    cleanup_policy: str = "delete"
+    delete_retention_ms: int = _DAY_MS
+    min_insync_replicas: int = 1
+    max_message_bytes: int = 64 << 20
+    compression: str = "none"
+    flush_messages: int = -1
+    flush_ms: int = -1
+    index_interval_bytes: int = 4096
+    message_timestamp_type: str = "CreateTime"
+    unclean_leader_election_enable: bool = False
+    schema_compatibility: str = "BACKWARD"
+
+    def __post_init__(self) -> None:
+        _check_choice("cleanup.policy", self.cleanup_policy, CLEANUP_POLICIES)
+        _check_choice("compression", self.compression, COMPRESSIONS)
+        _check_choice("message.timestamp.type", self.message_timestamp_type, TIMESTAMP_TYPES)
+        _check_choice("schema.compatibility", self.schema_compatibility, SCHEMA_COMPATIBILITIES)
+        for name in ("retention.ms", "retention.bytes", "flush.messages", "flush.ms"):
+            value = getattr(self, _attr(name))
+            if value < -1:
+                raise InvalidConfig(f"{name} must be -1 (no limit) or >= 0, got {value}")
+        for name, low in (
+            ("segment.bytes", 1024),
+            ("segment.ms", 1),
+            ("delete.retention.ms", 0),
+            ("min.insync.replicas", 1),
+            ("max.message.bytes", 1),
+            ("index.interval.bytes", 0),
+        ):
+            value = getattr(self, _attr(name))
+            if value < low:
+                raise InvalidConfig(f"{name} must be >= {low}, got {value}")
+
+    @property
+    def compacted(self) -> bool:
+        """Whether log compaction applies (``compact`` or ``compact,delete``)."""
+        return "compact" in self.cleanup_policy
+
+    @property
+    def deletes(self) -> bool:
+        """Whether time/size retention applies (``delete`` or ``compact,delete``)."""
+        return "delete" in self.cleanup_policy
+
+    @classmethod
+    def names(cls) -> list[str]:
+        """All config names, Kafka style (``retention.ms``)."""
+        return [f.name.replace("_", ".") for f in dataclasses.fields(cls)]
+
+    @classmethod
+    def from_dict(cls, values: Mapping[str, Any] | None = None) -> TopicConfig:
+        """Build from ``{"retention.ms": "1000", ...}``; strings are parsed, unknown names refused."""
+        return cls().with_overrides(values or {})
+
+    def with_overrides(self, values: Mapping[str, Any]) -> TopicConfig:
+        """A copy with the given Kafka-named settings changed (validated)."""
+        fields = {f.name: f for f in dataclasses.fields(self)}
+        changes: dict[str, Any] = {}
+        for name, raw in values.items():
+            attr = _attr(str(name))
+            if attr not in fields:
+                raise InvalidConfig(f"unknown topic config '{name}'; known: {', '.join(self.names())}")
+            changes[attr] = _parse(str(name), raw, fields[attr].type)
+        return dataclasses.replace(self, **changes)
+
+    def to_dict(self) -> dict[str, str]:
+        """Kafka-named settings as strings (what ZooKeeper stores and the CLI prints)."""
+        out = {}
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            out[f.name.replace("_", ".")] = str(value).lower() if isinstance(value, bool) else str(value)
+        return out
+
+
+def _attr(name: str) -> str:
+    return name.replace(".", "_")
+
+
+def _check_choice(name: str, value: str, choices: tuple[str, ...]) -> None:
+    if value not in choices:
+        raise InvalidConfig(f"{name} must be one of {', '.join(choices)}; got '{value}'")
+
+
+def _parse(name: str, raw: Any, type_name: Any) -> Any:
+    type_name = str(type_name)
+    if type_name == "bool":
+        if isinstance(raw, bool):
+            return raw
+        text = str(raw).strip().lower()
+        if text in ("true", "false"):
+            return text == "true"
+        raise InvalidConfig(f"{name} must be true or false, got '{raw}'")
+    if type_name == "int":
+        if isinstance(raw, bool):
+            raise InvalidConfig(f"{name} must be an integer, got {raw!r}")
+        try:
+            return int(str(raw).strip())
+        except ValueError:
+            raise InvalidConfig(f"{name} must be an integer, got '{raw}'") from None
+    text = str(raw).strip()
+    if name == "cleanup.policy":
+        text = ",".join(sorted(p.strip() for p in text.split(",")))
+    if name in ("compression",):
+        text = text.lower()
+    if name == "schema.compatibility":
+        text = text.upper()
+    return text

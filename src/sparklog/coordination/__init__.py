@@ -1,0 +1,1 @@
+"""Cluster coordination for sparklog (ZooKeeper)."""

@@ -1,0 +1,1 @@
+"""The PySpark Python Data Source ``sparklog``."""

@@ -1,0 +1,118 @@
+"""Typed errors raised by sparklog, shared by the broker, the clients and the CLI.
+
+Every error has a stable ``code`` so that it can travel over the wire (Arrow Flight) and be raised
+again as the same type on the client side (see :func:`error_from_code`).
+"""
+
+from __future__ import annotations
+
+
+class SparklogError(Exception):
+    """Base class of every sparklog error."""
+
+    code = "SPARKLOG_ERROR"
+    retriable = False
+
+
+class InvalidConfig(SparklogError):
+    """A topic or client configuration is unknown or has a bad value."""
+
+    code = "INVALID_CONFIG"
+
+
+class InvalidRecord(SparklogError):
+    """A record batch does not match the topic's schema or rules; nothing of it was stored."""
+
+    code = "INVALID_RECORD"
+
+
+class RecordTooLarge(SparklogError):
+    """A record batch is larger than the topic's ``max.message.bytes``."""
+
+    code = "RECORD_TOO_LARGE"
+
+
+class OffsetOutOfRange(SparklogError):
+    """The requested offset is before the log start or after the log end."""
+
+    code = "OFFSET_OUT_OF_RANGE"
+
+
+class CorruptRecord(SparklogError):
+    """Stored data failed its checksum or could not be decoded."""
+
+    code = "CORRUPT_RECORD"
+
+
+class LogClosed(SparklogError):
+    """The partition log was closed (the broker is shutting down or the partition moved)."""
+
+    code = "LOG_CLOSED"
+    retriable = True
+
+
+class UnknownTopic(SparklogError):
+    """The topic (or partition) does not exist."""
+
+    code = "UNKNOWN_TOPIC"
+
+
+class TopicExists(SparklogError):
+    """A topic with that name exists already."""
+
+    code = "TOPIC_EXISTS"
+
+
+class NotLeader(SparklogError):
+    """This broker is not the leader of the partition: refresh metadata and retry."""
+
+    code = "NOT_LEADER"
+    retriable = True
+
+
+class NotEnoughReplicas(SparklogError):
+    """Fewer in-sync replicas than ``min.insync.replicas``: the write was refused."""
+
+    code = "NOT_ENOUGH_REPLICAS"
+    retriable = True
+
+
+class BrokerNotAvailable(SparklogError):
+    """No broker could be reached for the request."""
+
+    code = "BROKER_NOT_AVAILABLE"
+    retriable = True
+
+
+class CoordinatorNotAvailable(SparklogError):
+    """ZooKeeper could not be reached."""
+
+    code = "COORDINATOR_NOT_AVAILABLE"
+    retriable = True
+
+
+class UnknownGroup(SparklogError):
+    """The consumer group has no committed offsets."""
+
+    code = "UNKNOWN_GROUP"
+
+
+class InvalidRequest(SparklogError):
+    """A malformed request (bad option, bad argument)."""
+
+    code = "INVALID_REQUEST"
+
+
+def _all_error_types() -> dict[str, type[SparklogError]]:
+    found: dict[str, type[SparklogError]] = {}
+    stack: list[type[SparklogError]] = [SparklogError]
+    while stack:
+        cls = stack.pop()
+        found[cls.code] = cls
+        stack.extend(cls.__subclasses__())
+    return found
+
+
+def error_from_code(code: str, message: str) -> SparklogError:
+    """Rebuild the typed error named by ``code`` (unknown codes give a plain :class:`SparklogError`)."""
+    return _all_error_types().get(code, SparklogError)(message)

@@ -1,0 +1,165 @@
+"""The record model: the Arrow schema of stored records and the conversion of user input to it.
+
+A record has an ``offset`` (int64), a ``timestamp`` (ms, UTC), a ``key`` (binary or null), a ``value``
+(binary, a typed struct, or null for a tombstone) and ``headers`` (a list of key/value pairs, like
+Kafka's and Spark's Kafka source). Everything here works on whole columns, never record by record.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from sparklog.errors import InvalidRecord
+
+TIMESTAMP_TYPE = pa.timestamp("ms", tz="UTC")
+HEADER_TYPE = pa.list_(
+    pa.struct([pa.field("key", pa.string(), nullable=False), pa.field("value", pa.binary())])
+)
+USER_COLUMNS = ("key", "value", "timestamp", "headers")
+
+
+def record_schema(value_type: pa.DataType = pa.binary()) -> pa.Schema:
+    """The schema of stored records (and of fetched batches) for a topic whose values have ``value_type``."""
+    return pa.schema(
+        [
+            pa.field("offset", pa.int64(), nullable=False),
+            pa.field("timestamp", TIMESTAMP_TYPE, nullable=False),
+            pa.field("key", pa.binary()),
+            pa.field("value", value_type),
+            pa.field("headers", HEADER_TYPE),
+        ]
+    )
+
+
+def now_ms() -> int:
+    """The current wall-clock time in milliseconds since the epoch."""
+    return time.time_ns() // 1_000_000
+
+
+def _as_binary(column: pa.Array, name: str) -> pa.Array:
+    if pa.types.is_binary(column.type):
+        return column
+    if pa.types.is_null(column.type):
+        return pa.nulls(len(column), pa.binary())
+    if (
+        pa.types.is_string(column.type)
+        or pa.types.is_large_string(column.type)
+        or pa.types.is_large_binary(column.type)
+    ):
+        return column.cast(pa.binary())
+    raise InvalidRecord(f"column '{name}' must be binary or string, got {column.type}")
+
+
+def int64_column(values: np.ndarray, type_: pa.DataType = pa.int64()) -> pa.Array:
+    """A non-null 64-bit Arrow array over a numpy int64 array, without a copy or a cast."""
+    return pa.Array.from_buffers(type_, len(values), [None, pa.py_buffer(values)])
+
+
+def column_max(column: pa.Array) -> int | None:
+    """The largest value of a 64-bit integer or timestamp column (nulls ignored), or None if empty."""
+    if len(column) == 0 or column.null_count == len(column):
+        return None
+    if column.null_count:
+        return pc.max(column.view(pa.int64())).as_py()
+    values = np.frombuffer(column.buffers()[1], dtype=np.int64, count=len(column), offset=column.offset * 8)
+    return int(values.max())
+
+
+def _as_timestamp(column: pa.Array | None, rows: int, now: int) -> pa.Array:
+    if column is None or pa.types.is_null(column.type):
+        return int64_column(np.full(rows, now, dtype=np.int64), TIMESTAMP_TYPE)
+    if pa.types.is_timestamp(column.type):
+        column = column.cast(pa.timestamp(column.type.unit, tz="UTC")).cast(TIMESTAMP_TYPE, safe=False)
+    elif pa.types.is_integer(column.type):
+        column = column.cast(pa.int64()).cast(TIMESTAMP_TYPE)
+    else:
+        raise InvalidRecord(
+            f"column 'timestamp' must be a timestamp or int64 milliseconds, got {column.type}"
+        )
+    if column.null_count:
+        column = pc.fill_null(column, pa.scalar(now, TIMESTAMP_TYPE))
+    return column
+
+
+def _as_headers(column: pa.Array | None, rows: int) -> pa.Array:
+    if column is None or pa.types.is_null(column.type):
+        return pa.nulls(rows, HEADER_TYPE)
+    if column.type == HEADER_TYPE:
+        return column
+    if pa.types.is_map(column.type):
+        items = pa.ListArray.from_arrays(
+            column.offsets,
+            pa.StructArray.from_arrays([column.keys, column.items], names=["key", "value"]),
+            mask=column.is_null(),
+        )
+        column = items
+    try:
+        return column.cast(HEADER_TYPE)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+        raise InvalidRecord(
+            f"column 'headers' must be a list of (key string, value binary) structs, got {column.type}"
+        ) from exc
+
+
+def _as_value(column: pa.Array | None, rows: int, value_type: pa.DataType) -> pa.Array:
+    if column is None:
+        raise InvalidRecord("a record batch needs a 'value' column")
+    if pa.types.is_binary(value_type):
+        return _as_binary(column, "value")
+    if column.type == value_type:
+        return column
+    try:
+        return column.cast(value_type)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as exc:
+        raise InvalidRecord(f"column 'value' must be {value_type}, got {column.type}: {exc}") from exc
+
+
+def to_record_batch(
+    data: pa.RecordBatch | pa.Table | Mapping[str, Any],
+    value_type: pa.DataType = pa.binary(),
+    now: int | None = None,
+) -> pa.RecordBatch:
+    """Normalize user input (columns ``key``, ``value``, ``timestamp``, ``headers``; only ``value`` is
+    required) into one record batch of :func:`record_schema` with a placeholder ``offset`` column of 0s.
+
+    Missing timestamps become ``now``; extra columns are refused with :class:`InvalidRecord`.
+    """
+    if isinstance(data, Mapping):
+        data = pa.table(dict(data))
+    if isinstance(data, pa.Table):
+        batches = data.combine_chunks().to_batches()
+        if len(batches) == 1:
+            data = batches[0]
+        elif batches:
+            data = pa.concat_batches(batches)
+        else:
+            data = pa.RecordBatch.from_pylist([], schema=data.schema)
+    if not isinstance(data, pa.RecordBatch):
+        raise InvalidRecord(f"expected a pyarrow RecordBatch or Table, got {type(data).__name__}")
+    names = data.schema.names
+    unknown = [n for n in names if n not in USER_COLUMNS and n not in ("offset", "topic", "partition")]
+    if unknown:
+        raise InvalidRecord(f"unknown record column(s) {unknown}; expected {list(USER_COLUMNS)}")
+    if len(set(names)) != len(names):
+        raise InvalidRecord(f"duplicate record columns in {names}")
+    rows = data.num_rows
+    now = now_ms() if now is None else now
+
+    def col(name: str) -> pa.Array | None:
+        return data.column(name) if name in names else None
+
+    key = col("key")
+    arrays = [
+        int64_column(np.zeros(rows, dtype=np.int64)),
+        _as_timestamp(col("timestamp"), rows, now),
+        pa.nulls(rows, pa.binary()) if key is None else _as_binary(key, "key"),
+        _as_value(col("value"), rows, value_type),
+        _as_headers(col("headers"), rows),
+    ]
+    return pa.RecordBatch.from_arrays(arrays, schema=record_schema(value_type))
