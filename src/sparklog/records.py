@@ -18,9 +18,7 @@ import pyarrow.compute as pc
 from sparklog.errors import InvalidRecord
 
 TIMESTAMP_TYPE = pa.timestamp("ms", tz="UTC")
-HEADER_TYPE = pa.list_(
-    pa.struct([pa.field("key", pa.string(), nullable=False), pa.field("value", pa.binary())])
-)
+HEADER_TYPE = pa.list_(pa.struct([pa.field("key", pa.string(), nullable=False), pa.field("value", pa.binary())]))
 USER_COLUMNS = ("key", "value", "timestamp", "headers")
 
 
@@ -79,9 +77,7 @@ def _as_timestamp(column: pa.Array | None, rows: int, now: int) -> pa.Array:
     elif pa.types.is_integer(column.type):
         column = column.cast(pa.int64()).cast(TIMESTAMP_TYPE)
     else:
-        raise InvalidRecord(
-            f"column 'timestamp' must be a timestamp or int64 milliseconds, got {column.type}"
-        )
+        raise InvalidRecord(f"column 'timestamp' must be a timestamp or int64 milliseconds, got {column.type}")
     if column.null_count:
         column = pc.fill_null(column, pa.scalar(now, TIMESTAMP_TYPE))
     return column

@@ -14,6 +14,7 @@ import pyarrow as pa
 
 from sparklog.broker.log import PartitionLog
 from sparklog.config import TopicConfig
+from sparklog.records import to_record_batch
 
 
 def make_values(count: int, value_bytes: int, seed: int = 7) -> pa.Array:
@@ -47,6 +48,21 @@ def _one_run(directory: str, batch: pa.RecordBatch, batches: int, compression: s
     return {"append_s": appended, "flush_s": flushed, "read_s": read, "size": size}
 
 
+def _baseline_run(directory: str, batch: pa.RecordBatch, batches: int) -> float:
+    """Seconds for plain pyarrow to write the same stored batches to one IPC stream file: the
+    physical ceiling on this machine right now, measured beside sparklog in the same run."""
+    stored = to_record_batch(batch)
+    os.makedirs(directory)
+    path = os.path.join(directory, "plain.arrows")
+    start = time.perf_counter()
+    with pa.ipc.new_stream(path, stored.schema) as writer:
+        for _ in range(batches):
+            writer.write_batch(stored)
+    took = time.perf_counter() - start
+    shutil.rmtree(directory)
+    return took
+
+
 def run(
     records: int = 10_000_000,
     value_bytes: int = 100,
@@ -56,13 +72,17 @@ def run(
     data_dir: str | None = None,
 ) -> dict[str, Any]:
     """Append ``records`` records in batches, fsync, read them all back; medians of ``repeat`` runs
-    after one warm-up run (freshly freed VM memory is slow to touch: see FACTS.md)."""
+    after one warm-up run (freshly freed VM memory is slow to touch: see FACTS.md). Plain pyarrow
+    writing the same batches to one file is measured alongside (``plain_ipc_records_per_s``)."""
     batch = pa.record_batch({"value": make_values(batch_records, value_bytes)})
     batches = max(1, records // batch_records)
     total = batches * batch_records
     with tempfile.TemporaryDirectory(dir=data_dir, prefix="sparklog-bench-") as tmp:
         _one_run(os.path.join(tmp, "warm-up"), batch, batches, compression)
-        runs = [_one_run(os.path.join(tmp, f"run-{i}"), batch, batches, compression) for i in range(repeat)]
+        runs, baseline = [], []
+        for i in range(repeat):  # interleaved, so both see the same machine
+            runs.append(_one_run(os.path.join(tmp, f"run-{i}"), batch, batches, compression))
+            baseline.append(_baseline_run(os.path.join(tmp, f"plain-{i}"), batch, batches))
 
     def median(key: str) -> float:
         return statistics.median(r[key] for r in runs)
@@ -81,4 +101,6 @@ def run(
         "read_records_per_s": round(total / median("read_s")),
         "read_mb_per_s": round(size / median("read_s") / 1e6, 1),
         "stored_bytes": size,
+        "plain_ipc_records_per_s": round(total / statistics.median(baseline)),
+        "append_vs_plain_ipc": round(statistics.median(baseline) / median("append_s"), 2),
     }

@@ -92,9 +92,7 @@ COMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [_add_zookeeper, 
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="sparklog", description="A Kafka-style commit log that Spark reads natively."
-    )
+    parser = argparse.ArgumentParser(prog="sparklog", description="A Kafka-style commit log that Spark reads natively.")
     parser.add_argument(
         "--zookeeper",
         default=os.environ.get("SPARKLOG_ZOOKEEPER", DEFAULT_ZOOKEEPER),

@@ -133,9 +133,7 @@ def find_zookeeper_classpath() -> str | None:
     debian_jar = _DEBIAN_JAVA_DIR / "zookeeper.jar"
     if debian_jar.is_file():
         jars = [debian_jar] + [
-            _DEBIAN_JAVA_DIR / name
-            for name in _DEBIAN_LOG_BINDING_JARS
-            if (_DEBIAN_JAVA_DIR / name).is_file()
+            _DEBIAN_JAVA_DIR / name for name in _DEBIAN_LOG_BINDING_JARS if (_DEBIAN_JAVA_DIR / name).is_file()
         ]
         return os.pathsep.join(str(j) for j in jars)
 
@@ -251,15 +249,11 @@ class EmbeddedZooKeeper:
         process exits, or it is not ready within ``timeout`` seconds.
         """
         if self.is_running():
-            raise ZooKeeperStartError(
-                f"ZooKeeper (pid {self.pid}) is already running on {self.connect_string}"
-            )
+            raise ZooKeeperStartError(f"ZooKeeper (pid {self.pid}) is already running on {self.connect_string}")
         t0 = time.monotonic()
         java = find_java()
         if java is None:
-            raise ZooKeeperNotAvailable(
-                f"Java is not installed (no java on PATH or in $JAVA_HOME): {INSTALL_HINT}"
-            )
+            raise ZooKeeperNotAvailable(f"Java is not installed (no java on PATH or in $JAVA_HOME): {INSTALL_HINT}")
         classpath = find_zookeeper_classpath()
         if classpath is None:
             raise ZooKeeperNotAvailable(

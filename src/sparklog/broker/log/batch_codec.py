@@ -118,9 +118,7 @@ class BatchEncoder:
         self.schema = schema
         self.compression = compression
         self._sink = _Capture()
-        self._writer = ipc.new_stream(
-            pa.PythonFile(self._sink, mode="w"), schema, options=write_options(compression)
-        )
+        self._writer = ipc.new_stream(pa.PythonFile(self._sink, mode="w"), schema, options=write_options(compression))
         self._schema_message: bytes | None = None
         self._schema_written = False
 
@@ -254,9 +252,7 @@ def read_schema(data: pa.Buffer) -> tuple[pa.Schema, int]:
         raise CorruptRecord(f"unreadable segment schema: {exc}") from exc
 
 
-def scan_batches(
-    data: pa.Buffer, schema: pa.Schema, start: int, verify: bool = True
-) -> Iterator[StoredBatch]:
+def scan_batches(data: pa.Buffer, schema: pa.Schema, start: int, verify: bool = True) -> Iterator[StoredBatch]:
     """Every whole, valid batch from ``start`` on; stops silently at the first torn or corrupt one.
 
     The caller learns where valid data ends from the last batch's ``end`` (or ``start``).

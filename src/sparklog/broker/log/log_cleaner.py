@@ -71,17 +71,13 @@ def compact(log: PartitionLog, crash_hook: Callable[[str], None] | None = None) 
                 kept = batch.filter(keep)
                 if kept.num_rows:
                     h = stored.header
-                    kept_batches.append(
-                        (kept, header_for(kept, h.leader_epoch, h.producer_id, h.producer_seq))
-                    )
+                    kept_batches.append((kept, header_for(kept, h.leader_epoch, h.producer_id, h.producer_seq)))
             after = sum(b.num_rows for b, _ in kept_batches)
             result.records_before += before
             result.records_after += after
             if after == before:
                 continue  # nothing to remove here
-            cleaned = LogSegment.create(
-                work, segment.base_offset, segment.schema, log.config.index_interval_bytes
-            )
+            cleaned = LogSegment.create(work, segment.base_offset, segment.schema, log.config.index_interval_bytes)
             for batch, header in kept_batches:
                 cleaned.append(batch, header, log.config.compression)
             cleaned.flush()

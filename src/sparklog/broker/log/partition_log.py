@@ -78,7 +78,7 @@ class PartitionLog:
         self.closed = False
         self.recovered_bytes = 0
         self._unflushed_messages = 0
-        self._last_flush_ms = clock()
+        self.last_flush_ms = clock()
         self._active_created_ms = clock()
         self._pending_flushes: list[concurrent.futures.Future[None]] = []
         self.directory.mkdir(parents=True, exist_ok=True)
@@ -196,8 +196,7 @@ class PartitionLog:
             self._check_open()
             if header.base_offset < self.log_end_offset:
                 raise InvalidRecord(
-                    f"replicated batch at offset {header.base_offset} is below the log end "
-                    f"{self.log_end_offset}"
+                    f"replicated batch at offset {header.base_offset} is below the log end {self.log_end_offset}"
                 )
             self._maybe_roll(batch.get_total_buffer_size(), now, base=header.base_offset)
             self.active.append(batch, header, self.config.compression)
@@ -209,8 +208,7 @@ class PartitionLog:
         size = batch.get_total_buffer_size()
         if size > self.config.max_message_bytes:
             raise RecordTooLarge(
-                f"record batch of {size} bytes is larger than max.message.bytes="
-                f"{self.config.max_message_bytes}"
+                f"record batch of {size} bytes is larger than max.message.bytes={self.config.max_message_bytes}"
             )
         if self.config.compacted and batch.column(2).null_count:
             raise InvalidRecord("records of a compacted topic (cleanup.policy=compact) must have a key")
@@ -267,7 +265,7 @@ class PartitionLog:
         self._unflushed_messages += count
         cfg = self.config
         if (cfg.flush_messages >= 0 and self._unflushed_messages >= cfg.flush_messages) or (
-            cfg.flush_ms >= 0 and now - self._last_flush_ms >= cfg.flush_ms
+            cfg.flush_ms >= 0 and now - self.last_flush_ms >= cfg.flush_ms
         ):
             self.flush()
 
@@ -278,13 +276,11 @@ class PartitionLog:
                 return
             self.active.flush()
             self._unflushed_messages = 0
-            self._last_flush_ms = self.clock()
+            self.last_flush_ms = self.clock()
             self._write_recovery_point(self.log_end_offset)
 
     # ----------------------------------------------------------------- reading
-    def read(
-        self, offset: int, max_bytes: int = DEFAULT_MAX_BYTES, upto: int | None = None
-    ) -> list[pa.RecordBatch]:
+    def read(self, offset: int, max_bytes: int = DEFAULT_MAX_BYTES, upto: int | None = None) -> list[pa.RecordBatch]:
         """Record batches from the one holding ``offset`` on, about ``max_bytes`` of them (at least one
         batch if any record is there), zero-copy from memory-mapped segments; none at or past ``upto``
         (the high watermark, for consumers). Reading at the log end returns ``[]``."""

@@ -118,9 +118,7 @@ class LogSegment:
         index_files = [segment_path(self.directory, self.base_offset, s) for s in (INDEX_SUFFIX,)]
         if not all(p.exists() for p in index_files):
             return False
-        return self.offset_index.sane(self.base_offset, self.size) and len(self.time_index) == len(
-            self.offset_index
-        )
+        return self.offset_index.sane(self.base_offset, self.size) and len(self.time_index) == len(self.offset_index)
 
     def _load_tail(self) -> None:
         """Learn next offset and max timestamp from the last indexed batch onwards (headers only)."""

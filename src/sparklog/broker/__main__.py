@@ -1,0 +1,19 @@
+"""``python -m sparklog.broker --id N --port P --data-dir DIR [--zookeeper HOST:PORT]``: one broker."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from sparklog.broker.broker import main
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(prog="python -m sparklog.broker")
+    parser.add_argument("--id", type=int, required=True)
+    parser.add_argument("--port", type=int, default=0)
+    parser.add_argument("--data-dir", required=True)
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--zookeeper", default=os.environ.get("SPARKLOG_ZOOKEEPER", "127.0.0.1:2181"))
+    args = parser.parse_args()
+    sys.exit(main(args.id, args.port, args.data_dir, args.zookeeper, args.host))

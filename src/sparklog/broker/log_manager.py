@@ -1,0 +1,69 @@
+"""The partition logs a broker holds: one directory ``<topic>-<partition>`` each under its data dir."""
+
+from __future__ import annotations
+
+import shutil
+import threading
+from pathlib import Path
+
+from sparklog.broker.log import PartitionLog, compact
+from sparklog.config import TopicConfig
+
+
+class LogManager:
+    """Opens partition logs on first use (recovering them if the broker died), keeps them open,
+    applies retention and compaction, and closes them cleanly on shutdown."""
+
+    def __init__(self, data_dir: str | Path) -> None:
+        self.data_dir = Path(data_dir)
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        self._logs: dict[tuple[str, int], PartitionLog] = {}
+        self._lock = threading.Lock()
+
+    def directory(self, topic: str, partition: int) -> Path:
+        return self.data_dir / f"{topic}-{partition}"
+
+    def get(self, topic: str, partition: int, config: TopicConfig) -> PartitionLog:
+        """The open log of a partition, opened (and recovered if needed) on first use."""
+        key = (topic, partition)
+        log = self._logs.get(key)
+        if log is not None:
+            if log.config != config:
+                log.config = config
+            return log
+        with self._lock:
+            log = self._logs.get(key)
+            if log is None:
+                log = PartitionLog(self.directory(topic, partition), config)
+                self._logs[key] = log
+            return log
+
+    def open_logs(self) -> dict[tuple[str, int], PartitionLog]:
+        return dict(self._logs)
+
+    def delete_topic(self, topic: str) -> None:
+        """Close and remove every local partition of ``topic``."""
+        with self._lock:
+            for key in [k for k in self._logs if k[0] == topic]:
+                self._logs.pop(key).close()
+            for path in self.data_dir.glob(f"{topic}-*"):
+                suffix = path.name[len(topic) + 1 :]
+                if suffix.isdigit():
+                    shutil.rmtree(path, ignore_errors=True)
+
+    def maintain(self) -> None:
+        """One pass of retention, compaction and time-based flushing over the open logs."""
+        for log in list(self._logs.values()):
+            if log.closed:
+                continue
+            log.apply_retention()
+            if log.config.compacted:
+                compact(log)
+            if log.config.flush_ms >= 0 and log.clock() - log.last_flush_ms >= log.config.flush_ms:
+                log.flush()
+
+    def close(self) -> None:
+        with self._lock:
+            for log in self._logs.values():
+                log.close()
+            self._logs.clear()

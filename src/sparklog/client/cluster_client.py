@@ -1,0 +1,118 @@
+"""What every client shares: ZooKeeper metadata with caches, and Flight connections to brokers."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import pyarrow.flight as flight
+
+from sparklog import wire
+from sparklog.coordination.cluster import BrokerInfo, ClusterMetadata, TopicMetadata
+from sparklog.errors import BrokerNotAvailable, NotLeader, SparklogError
+
+DEFAULT_ZOOKEEPER = "127.0.0.1:2181"
+T = TypeVar("T")
+
+
+class ClusterClient:
+    """Finds partition leaders through ZooKeeper (cached, refreshed on ``NotLeader``) and keeps one
+    Flight client per broker. ``call_leader`` runs a request on the leader with retries."""
+
+    def __init__(self, zookeeper: str = DEFAULT_ZOOKEEPER, retries: int = 20, retry_backoff_s: float = 0.1) -> None:
+        self.cluster = ClusterMetadata(zookeeper).start()
+        self.retries = retries
+        self.retry_backoff_s = retry_backoff_s
+        self._topics: dict[str, TopicMetadata] = {}
+        self._leaders: dict[tuple[str, int], int] = {}
+        self._brokers: dict[int, BrokerInfo] = {}
+        self._clients: dict[str, flight.FlightClient] = {}
+        self._lock = threading.Lock()
+
+    def topic(self, name: str, refresh: bool = False) -> TopicMetadata:
+        meta = None if refresh else self._topics.get(name)
+        if meta is None:
+            meta = self._topics[name] = self.cluster.topic(name)
+        return meta
+
+    def leader(self, topic: str, partition: int, refresh: bool = False) -> BrokerInfo:
+        """The broker leading a partition (BrokerNotAvailable if it is not live)."""
+        key = (topic, partition)
+        broker_id = None if refresh else self._leaders.get(key)
+        if broker_id is None:
+            broker_id = self._leaders[key] = self.cluster.partition_state(topic, partition).leader
+        info = None if refresh else self._brokers.get(broker_id)
+        if info is None:
+            self._brokers = self.cluster.brokers()
+            info = self._brokers.get(broker_id)
+        if info is None:
+            raise BrokerNotAvailable(f"the leader of {topic}-{partition} (broker {broker_id}) is not live")
+        return info
+
+    def flight(self, broker: BrokerInfo) -> flight.FlightClient:
+        client = self._clients.get(broker.location)
+        if client is None:
+            with self._lock:
+                client = self._clients.get(broker.location)
+                if client is None:
+                    client = self._clients[broker.location] = flight.FlightClient(broker.location)
+        return client
+
+    def forget(self, broker: BrokerInfo) -> None:
+        with self._lock:
+            client = self._clients.pop(broker.location, None)
+        if client is not None:
+            client.close()
+
+    def call_leader(self, topic: str, partition: int, request: Callable[[flight.FlightClient, BrokerInfo], T]) -> T:
+        """Run ``request`` against the partition's leader; on NotLeader or an unreachable broker,
+        refresh metadata and retry (with backoff) up to ``retries`` times."""
+        refresh = False
+        for attempt in range(self.retries + 1):
+            try:
+                broker = self.leader(topic, partition, refresh=refresh)
+            except BrokerNotAvailable:
+                if attempt == self.retries:
+                    raise
+                time.sleep(self.retry_backoff_s)
+                refresh = True
+                continue
+            try:
+                return request(self.flight(broker), broker)
+            except SparklogError as exc:
+                if not exc.retriable or attempt == self.retries:
+                    raise
+                if isinstance(exc, BrokerNotAvailable):
+                    self.forget(broker)
+            except flight.FlightError as exc:
+                error = wire.from_flight_error(exc, f"broker {broker.broker_id}")
+                if not error.retriable or attempt == self.retries:
+                    raise error from None
+                if isinstance(error, BrokerNotAvailable):
+                    self.forget(broker)
+            refresh = True
+            time.sleep(self.retry_backoff_s if attempt else 0)
+        raise NotLeader(f"no leader found for {topic}-{partition}")
+
+    def action(self, topic: str, partition: int, name: str, body: dict[str, Any]) -> dict[str, Any]:
+        """A JSON action on the partition's leader."""
+
+        def run(client: flight.FlightClient, _broker: BrokerInfo) -> dict[str, Any]:
+            results = list(client.do_action(flight.Action(name, wire.encode(body))))
+            return wire.decode(results[0].body)
+
+        return self.call_leader(topic, partition, run)
+
+    def list_offsets(self, topic: str, partition: int, timestamp: int | None = None) -> dict[str, Any]:
+        body: dict[str, Any] = {"topic": topic, "partition": partition}
+        if timestamp is not None:
+            body["timestamp"] = timestamp
+        return self.action(topic, partition, wire.LIST_OFFSETS, body)
+
+    def close(self) -> None:
+        for client in self._clients.values():
+            client.close()
+        self._clients.clear()
+        self.cluster.close()

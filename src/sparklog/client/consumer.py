@@ -1,0 +1,256 @@
+"""The Consumer: pulls record batches by offset from partition leaders, alone or in a group.
+
+Without a group it reads every partition of its topics (or the ones given). With a group, kazoo's
+``SetPartitioner`` recipe shares the partitions among the live members (each partition read by
+exactly one member; a member that dies loses its ephemeral node and its partitions move), and
+positions start from the offsets committed in ZooKeeper. Commits are explicit (``commit()``).
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import time
+from collections.abc import Iterable
+from typing import Any, NamedTuple
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.flight as flight
+from kazoo.recipe.partitioner import SetPartitioner
+
+from sparklog import wire
+from sparklog.client.cluster_client import DEFAULT_ZOOKEEPER, ClusterClient
+from sparklog.coordination.cluster import BrokerInfo
+from sparklog.errors import InvalidRequest, OffsetOutOfRange
+
+TopicPartition = tuple[str, int]
+RESETS = ("earliest", "latest", "none")
+
+
+class Record(NamedTuple):
+    topic: str
+    partition: int
+    offset: int
+    timestamp: Any
+    key: bytes | None
+    value: Any
+    headers: list[tuple[str, bytes]] | None
+
+
+class Consumer:
+    """Reads topics as Arrow record batches (``poll_batches``) or records (``poll``)."""
+
+    def __init__(
+        self,
+        topics: str | Iterable[str],
+        group: str | None = None,
+        zookeeper: str = DEFAULT_ZOOKEEPER,
+        auto_offset_reset: str = "latest",
+        partitions: Iterable[int] | None = None,
+        max_bytes: int = 8 << 20,
+        max_wait_ms: int = 500,
+    ) -> None:
+        if auto_offset_reset not in RESETS:
+            raise InvalidRequest(f"auto_offset_reset must be one of {', '.join(RESETS)}, got {auto_offset_reset!r}")
+        self.topics = [topics] if isinstance(topics, str) else list(topics)
+        if not self.topics:
+            raise InvalidRequest("a consumer needs at least one topic")
+        self.group = group
+        self.auto_offset_reset = auto_offset_reset
+        self.max_bytes = max_bytes
+        self.max_wait_ms = max_wait_ms
+        self._client = ClusterClient(zookeeper)
+        self._positions: dict[TopicPartition, int] = {}
+        self._assigned: list[TopicPartition] = []
+        self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=8, thread_name_prefix="sparklog-fetch")
+        self._partitioner: SetPartitioner | None = None
+        all_partitions = [
+            (t, p)
+            for t in self.topics
+            for p in range(self._client.topic(t).partitions)
+            if partitions is None or p in set(partitions)
+        ]
+        if group is None:
+            self._assign(all_partitions)
+        else:
+            path = f"{self._client.cluster.layout.consumers}/{group}/partitioner/{'+'.join(sorted(self.topics))}"
+            self._partitioner = SetPartitioner(
+                self._client.cluster.zk,
+                path,
+                [f"{t}:{p}" for t, p in all_partitions],
+                time_boundary=0.5,
+            )
+            self._follow_group(wait=True)
+
+    # ----------------------------------------------------------------- assignment
+    def _follow_group(self, wait: bool = False) -> None:
+        part = self._partitioner
+        if part is None:
+            return
+        if part.failed:
+            raise InvalidRequest(f"lost membership of group {self.group!r}")
+        if part.release:
+            self._assigned, self._positions = [], {}
+            part.release_set()
+        if part.allocating:
+            if not wait and not self._assigned:
+                part.wait_for_acquire(timeout=0.5)
+            elif wait:
+                part.wait_for_acquire(timeout=30)
+        if part.acquired and not self._assigned:
+            owned = []
+            for item in part:
+                topic, p = str(item).rsplit(":", 1)
+                owned.append((topic, int(p)))
+            self._assign(owned)
+
+    def _assign(self, partitions: list[TopicPartition]) -> None:
+        self._assigned = sorted(partitions)
+        committed = self._client.cluster.committed_offsets(self.group) if self.group else {}
+        for tp in self._assigned:
+            if tp in committed:
+                self._positions[tp] = committed[tp]
+            else:
+                self._positions[tp] = self._reset_position(tp)
+
+    def _reset_position(self, tp: TopicPartition) -> int:
+        if self.auto_offset_reset == "none":
+            raise OffsetOutOfRange(f"no committed offset for {tp[0]}-{tp[1]} and auto_offset_reset=none")
+        offsets = self._client.list_offsets(*tp)
+        return offsets["log_start_offset"] if self.auto_offset_reset == "earliest" else offsets["high_watermark"]
+
+    def assignment(self) -> list[TopicPartition]:
+        """The (topic, partition) pairs this consumer reads now."""
+        self._follow_group()
+        return list(self._assigned)
+
+    # ----------------------------------------------------------------- fetching
+    def _fetch(self, tp: TopicPartition, offset: int, wait_ms: int) -> list[pa.RecordBatch]:
+        topic, partition = tp
+        ticket = flight.Ticket(
+            wire.encode(
+                {
+                    "topic": topic,
+                    "partition": partition,
+                    "offset": offset,
+                    "max_bytes": self.max_bytes,
+                    "max_wait_ms": wait_ms,
+                }
+            )
+        )
+
+        def run(client: flight.FlightClient, _broker: BrokerInfo) -> list[pa.RecordBatch]:
+            return client.do_get(ticket).read_all().to_batches()
+
+        return self._client.call_leader(topic, partition, run)
+
+    def poll_batches(self, timeout: float = 1.0) -> list[pa.RecordBatch]:
+        """Record batches from the current positions (columns ``topic``, ``partition``, ``offset``,
+        ``timestamp``, ``key``, ``value``, ``headers``), waiting up to ``timeout`` s for new data;
+        positions move past what is returned."""
+        self._follow_group()
+        deadline = time.monotonic() + timeout
+        while True:
+            wait_ms = max(0, int((deadline - time.monotonic()) * 1000))
+            futures = {
+                tp: self._pool.submit(self._fetch, tp, self._positions[tp], min(wait_ms, self.max_wait_ms))
+                for tp in self._assigned
+            }
+            out: list[pa.RecordBatch] = []
+            for tp, future in futures.items():
+                for batch in future.result():
+                    batch = self._trim(batch, self._positions[tp])
+                    if batch.num_rows:
+                        out.append(_with_partition_columns(batch, tp))
+                        self._positions[tp] = batch.column("offset")[-1].as_py() + 1
+            if out or time.monotonic() >= deadline or not self._assigned:
+                if not self._assigned:
+                    time.sleep(min(timeout, 0.05))
+                return out
+
+    @staticmethod
+    def _trim(batch: pa.RecordBatch, position: int) -> pa.RecordBatch:
+        first = batch.column(0)[0].as_py() if batch.num_rows else position
+        if first >= position:
+            return batch
+        return batch.filter(pc.greater_equal(batch.column(0), position))
+
+    def poll(self, timeout: float = 1.0) -> list[Record]:
+        """Like ``poll_batches`` but as :class:`Record` tuples (convenient, not the fast path)."""
+        out = []
+        for batch in self.poll_batches(timeout):
+            for row in batch.to_pylist():
+                headers = [(h["key"], h["value"]) for h in row["headers"]] if row["headers"] else None
+                out.append(
+                    Record(
+                        row["topic"],
+                        row["partition"],
+                        row["offset"],
+                        row["timestamp"],
+                        row["key"],
+                        row["value"],
+                        headers,
+                    )
+                )
+        return out
+
+    # ----------------------------------------------------------------- positions
+    def _tp(self, partition: int, topic: str | None) -> TopicPartition:
+        tp = (topic or self.topics[0], partition)
+        if tp not in self._positions:
+            raise InvalidRequest(f"{tp[0]}-{tp[1]} is not assigned to this consumer")
+        return tp
+
+    def position(self, partition: int, topic: str | None = None) -> int:
+        """The offset of the next record this consumer will read from the partition."""
+        return self._positions[self._tp(partition, topic)]
+
+    def seek(self, partition: int, offset: int, topic: str | None = None) -> None:
+        if offset < 0:
+            raise InvalidRequest(f"offset must be >= 0, got {offset}")
+        self._positions[self._tp(partition, topic)] = offset
+
+    def seek_to_beginning(self) -> None:
+        for tp in self._assigned:
+            self._positions[tp] = self._client.list_offsets(*tp)["log_start_offset"]
+
+    def seek_to_end(self) -> None:
+        for tp in self._assigned:
+            self._positions[tp] = self._client.list_offsets(*tp)["high_watermark"]
+
+    def seek_to_time(self, timestamp_ms: int) -> None:
+        """Every assigned partition to its first record at or after the time (its end if none)."""
+        for tp in self._assigned:
+            offsets = self._client.list_offsets(*tp, timestamp=timestamp_ms)
+            found = offsets.get("offset_for_time")
+            self._positions[tp] = offsets["high_watermark"] if found is None else found
+
+    def commit(self, offsets: dict[TopicPartition, int] | None = None) -> None:
+        """Commit the current positions (or the given offsets) of the group to ZooKeeper."""
+        if self.group is None:
+            raise InvalidRequest("commit() needs a consumer group (group=...)")
+        self._client.cluster.commit_offsets(self.group, offsets if offsets is not None else dict(self._positions))
+
+    def committed(self) -> dict[TopicPartition, int]:
+        return self._client.cluster.committed_offsets(self.group) if self.group else {}
+
+    def close(self) -> None:
+        if self._partitioner is not None:
+            self._partitioner.finish()
+            self._partitioner = None
+        self._pool.shutdown(wait=True)
+        self._client.close()
+
+    def __enter__(self) -> Consumer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _with_partition_columns(batch: pa.RecordBatch, tp: TopicPartition) -> pa.RecordBatch:
+    n = batch.num_rows
+    return pa.RecordBatch.from_arrays(
+        [pa.repeat(pa.scalar(tp[0], pa.string()), n), pa.repeat(pa.scalar(tp[1], pa.int32()), n), *batch.columns],
+        names=["topic", "partition", *batch.schema.names],
+    )

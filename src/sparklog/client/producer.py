@@ -1,0 +1,345 @@
+"""The Producer: per-record ``send()`` batched in the background, and columnar ``send_batch()``.
+
+Records are accumulated per topic and partitioned at flush time, a whole column at once (stable
+key hash, explicit partition, or a sticky round-robin partition for unkeyed records). Each
+partition has one open Flight ``do_put`` stream to its leader, acknowledged batch by batch.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+from collections.abc import Mapping
+from typing import Any, NamedTuple
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.flight as flight
+
+from sparklog import wire
+from sparklog.client.cluster_client import DEFAULT_ZOOKEEPER, ClusterClient
+from sparklog.client.partitioner import partitions_for_keys
+from sparklog.coordination.cluster import BrokerInfo
+from sparklog.errors import InvalidRequest, SparklogError
+from sparklog.records import HEADER_TYPE, now_ms, record_schema, to_record_batch
+
+ACKS = ("0", "1", "all")
+
+
+class RecordMetadata(NamedTuple):
+    """Where a sent record landed (offset -1 with ``acks=0``)."""
+
+    topic: str
+    partition: int
+    offset: int
+
+
+class BatchMetadata(NamedTuple):
+    """Where a slice of a ``send_batch`` table landed."""
+
+    topic: str
+    partition: int
+    base_offset: int
+    last_offset: int
+
+
+class _Flush:
+    """The fate of one accumulated group of records: partition and offset per record, or an error."""
+
+    def __init__(self, topic: str) -> None:
+        self.topic = topic
+        self.done = threading.Event()
+        self.partitions: np.ndarray | None = None
+        self.offsets: np.ndarray | None = None
+        self.error: BaseException | None = None
+
+
+class ProduceFuture:
+    """The future of one ``send()``: ``result()`` gives its :class:`RecordMetadata`."""
+
+    __slots__ = ("_flush", "_index")
+
+    def __init__(self, flush: _Flush, index: int) -> None:
+        self._flush = flush
+        self._index = index
+
+    def done(self) -> bool:
+        return self._flush.done.is_set()
+
+    def result(self, timeout: float | None = None) -> RecordMetadata:
+        if not self._flush.done.wait(timeout):
+            raise TimeoutError("the record was not acknowledged in time")
+        if self._flush.error is not None:
+            raise self._flush.error
+        assert self._flush.partitions is not None and self._flush.offsets is not None
+        return RecordMetadata(
+            self._flush.topic, int(self._flush.partitions[self._index]), int(self._flush.offsets[self._index])
+        )
+
+
+class _Accumulator:
+    """Records of one topic waiting to be sent, as plain lists (cheap to append to)."""
+
+    def __init__(self, topic: str) -> None:
+        self.topic = topic
+        self.values: list[Any] = []
+        self.keys: list[bytes | None] = []
+        self.headers: list[Any] = []
+        self.timestamps: list[int] = []
+        self.partitions: list[int] = []
+        self.has_headers = False
+        self.bytes = 0
+        self.since = time.monotonic()
+        self.flush = _Flush(topic)
+
+
+class _PartitionStream:
+    """An open ``do_put`` stream to a partition's leader."""
+
+    def __init__(self, client: flight.FlightClient, broker: BrokerInfo, topic: str, partition: int, acks: str) -> None:
+        command = {"type": wire.PRODUCE, "topic": topic, "partition": partition, "acks": acks}
+        descriptor = flight.FlightDescriptor.for_command(wire.encode(command))
+        self.broker = broker
+        self.acks = acks
+        self.writer, self.reader = client.do_put(descriptor, _WIRE_SCHEMA)
+
+    def send(self, batch: pa.RecordBatch) -> tuple[int, int]:
+        self.writer.write_batch(batch)
+        if self.acks == "0":
+            return -1, -1
+        ack = self.reader.read()
+        if ack is None:
+            raise SparklogError("the broker closed the produce stream without an acknowledgement")
+        result = wire.decode(ack)
+        return int(result["base_offset"]), int(result["last_offset"])
+
+    def close(self) -> None:
+        try:
+            self.writer.done_writing()
+            self.writer.close()
+        except (flight.FlightError, pa.ArrowException, OSError):
+            pass
+
+
+_WIRE_SCHEMA = record_schema().remove(0)
+
+
+class Producer:
+    """Sends records to topics. Use as a context manager, or call ``close()``.
+
+    ``acks``: ``0`` (fire and forget), ``1`` (the leader appended), ``all`` (every in-sync replica
+    has it). ``linger_ms`` and ``batch_records``/``batch_bytes`` decide when ``send()`` records leave.
+    """
+
+    def __init__(
+        self,
+        zookeeper: str = DEFAULT_ZOOKEEPER,
+        acks: str | int = "1",
+        linger_ms: float = 5.0,
+        batch_records: int = 10_000,
+        batch_bytes: int = 4 << 20,
+        retries: int = 20,
+    ) -> None:
+        acks = "all" if str(acks) in ("all", "-1") else str(acks)
+        if acks not in ACKS:
+            raise InvalidRequest(f"acks must be 0, 1 or all, got {acks!r}")
+        self.acks = acks
+        self.linger_s = linger_ms / 1000
+        self.batch_records = batch_records
+        self.batch_bytes = batch_bytes
+        self._client = ClusterClient(zookeeper, retries=retries)
+        self._streams: dict[tuple[str, int], _PartitionStream] = {}
+        self._pending: dict[str, _Accumulator] = {}
+        self._sticky = itertools.count()
+        self._lock = threading.Condition()
+        self._send_lock = threading.Lock()
+        self._closed = False
+        self._sender = threading.Thread(target=self._run_sender, name="sparklog-producer", daemon=True)
+        self._sender.start()
+
+    # ----------------------------------------------------------------- per-record path
+    def send(
+        self,
+        topic: str,
+        value: bytes | None = None,
+        key: bytes | None = None,
+        headers: Mapping[str, bytes] | None = None,
+        partition: int | None = None,
+        timestamp: int | None = None,
+    ) -> ProduceFuture:
+        """Queue one record; the returned future resolves to its (topic, partition, offset)."""
+        if self._closed:
+            raise InvalidRequest("the producer is closed")
+        with self._lock:
+            acc = self._pending.get(topic)
+            if acc is None:
+                acc = self._pending[topic] = _Accumulator(topic)
+            index = len(acc.values)
+            acc.values.append(value)
+            acc.keys.append(key)
+            acc.timestamps.append(now_ms() if timestamp is None else timestamp)
+            acc.partitions.append(-1 if partition is None else partition)
+            if headers:
+                acc.has_headers = True
+                acc.headers.append([{"key": k, "value": v} for k, v in headers.items()])
+            else:
+                acc.headers.append(None)
+            acc.bytes += len(value) if value else 0
+            future = ProduceFuture(acc.flush, index)
+            if index + 1 >= self.batch_records or acc.bytes >= self.batch_bytes:
+                self._lock.notify()
+        return future
+
+    def _run_sender(self) -> None:
+        while True:
+            with self._lock:
+                while not self._closed and not self._due():
+                    self._lock.wait(self.linger_s or None)
+                ready = self._take(all_=self._closed)
+                if self._closed and not ready:
+                    return
+            for acc in ready:
+                self._send_accumulated(acc)
+
+    def _due(self) -> bool:
+        now = time.monotonic()
+        return any(
+            len(a.values) >= self.batch_records or a.bytes >= self.batch_bytes or now - a.since >= self.linger_s
+            for a in self._pending.values()
+        )
+
+    def _take(self, all_: bool) -> list[_Accumulator]:
+        now = time.monotonic()
+        ready = [
+            a
+            for a in self._pending.values()
+            if all_
+            or len(a.values) >= self.batch_records
+            or a.bytes >= self.batch_bytes
+            or now - a.since >= self.linger_s
+        ]
+        for acc in ready:
+            del self._pending[acc.topic]
+        return ready
+
+    def _send_accumulated(self, acc: _Accumulator) -> None:
+        flush = acc.flush
+        try:
+            columns: dict[str, Any] = {
+                "key": pa.array(acc.keys, pa.binary()),
+                "value": pa.array(acc.values, pa.binary()),
+                "timestamp": pa.array(acc.timestamps, pa.int64()),
+            }
+            if acc.has_headers:
+                columns["headers"] = pa.array(acc.headers, HEADER_TYPE)
+            table = pa.table(columns)
+            explicit = np.asarray(acc.partitions, dtype=np.int64)
+            flush.partitions, flush.offsets = self._send_table(acc.topic, table, explicit)
+        except BaseException as exc:  # every waiting future learns the failure
+            flush.error = exc
+        finally:
+            flush.done.set()
+
+    # ----------------------------------------------------------------- columnar path
+    def send_batch(
+        self, topic: str, data: pa.Table | pa.RecordBatch | Mapping[str, Any], partition: int | None = None
+    ) -> list[BatchMetadata]:
+        """Send a whole Arrow table (columns ``value`` and optional ``key``, ``timestamp``,
+        ``headers``) and wait for the acknowledgements; returns where each slice landed."""
+        self.flush()
+        if isinstance(data, Mapping):
+            data = pa.table(dict(data))
+        if isinstance(data, pa.RecordBatch):
+            data = pa.Table.from_batches([data])
+        explicit = np.full(data.num_rows, -1 if partition is None else partition, dtype=np.int64)
+        parts, offsets = self._send_table(topic, data, explicit)
+        out = []
+        for p in np.unique(parts):
+            mine = offsets[parts == p]
+            out.append(BatchMetadata(topic, int(p), int(mine.min()), int(mine.max())))
+        return out
+
+    def _send_table(self, topic: str, table: pa.Table, explicit: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Partition the rows, send each partition's rows, return (partition, offset) per row."""
+        meta = self._client.topic(topic)
+        n = meta.partitions
+        parts = explicit.copy()
+        bad = parts >= n
+        if bad.any():
+            raise InvalidRequest(f"topic {topic!r} has {n} partitions; partition {int(parts[bad][0])} does not exist")
+        free = parts < 0
+        if free.any():
+            keys = table.column("key").combine_chunks() if "key" in table.column_names else None
+            if keys is not None and keys.null_count < len(keys):
+                hashed = partitions_for_keys(keys, n)
+                keyed = free & ~np.asarray(keys.is_null().to_numpy(zero_copy_only=False))
+                parts[keyed] = hashed[keyed]
+                free &= ~keyed
+            parts[free] = next(self._sticky) % n  # sticky: unkeyed records of one flush go together
+        offsets = np.full(len(parts), -1, dtype=np.int64)
+        for p in np.unique(parts):
+            rows = np.nonzero(parts == p)[0]
+            subset = table.take(pa.array(rows)) if len(rows) != len(parts) else table
+            offsets[rows] = self._send_to_partition(topic, int(p), subset)
+        return parts, offsets
+
+    def _send_to_partition(self, topic: str, partition: int, table: pa.Table) -> np.ndarray:
+        """Send rows to one partition in slices of ``batch_records``; the offset of every row."""
+        batch = to_record_batch(table).drop_columns(["offset"])
+        offsets = np.empty(batch.num_rows, dtype=np.int64)
+        for start in range(0, batch.num_rows, self.batch_records):
+            part = batch.slice(start, self.batch_records)
+            base, _last = self._send_one(topic, partition, part)
+            offsets[start : start + part.num_rows] = np.arange(base, base + part.num_rows) if base >= 0 else -1
+        return offsets
+
+    def _send_one(self, topic: str, partition: int, batch: pa.RecordBatch) -> tuple[int, int]:
+        key = (topic, partition)
+
+        def attempt(client: flight.FlightClient, broker: BrokerInfo) -> tuple[int, int]:
+            stream = self._streams.get(key)
+            if stream is not None and stream.broker != broker:
+                stream.close()
+                stream = None
+            if stream is None:
+                stream = self._streams[key] = _PartitionStream(client, broker, topic, partition, self.acks)
+            try:
+                return stream.send(batch)
+            except BaseException:
+                self._streams.pop(key, None)
+                stream.close()
+                raise
+
+        with self._send_lock:
+            return self._client.call_leader(topic, partition, attempt)
+
+    # ----------------------------------------------------------------- lifecycle
+    def flush(self, timeout: float | None = None) -> None:
+        """Send everything queued by ``send()`` and wait for the acknowledgements."""
+        with self._lock:
+            waiting = [a.flush for a in self._pending.values()]
+            for acc in self._pending.values():
+                acc.since = -1e18  # due now
+            self._lock.notify()
+        for flush in waiting:
+            flush.done.wait(timeout)
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self.flush()
+        with self._lock:
+            self._closed = True
+            self._lock.notify()
+        self._sender.join()
+        for stream in self._streams.values():
+            stream.close()
+        self._streams.clear()
+        self._client.close()
+
+    def __enter__(self) -> Producer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,61 @@
+"""The contract between clients and brokers, carried by Arrow Flight (no other wire format).
+
+- **Produce**: ``do_put`` with ``FlightDescriptor.for_command(json)`` where the JSON is
+  ``{"type": "produce", "topic", "partition", "acks": "0"|"1"|"all", "producer_id", "first_sequence"}``.
+  The client streams record batches with user columns (``value`` and optionally ``key``,
+  ``timestamp``, ``headers``); after appending each batch the broker writes put metadata
+  ``{"base_offset", "last_offset", "count"}`` (JSON) back on the same stream (none for ``acks=0``).
+- **Fetch**: ``do_get`` with ``Ticket(json)``: ``{"topic", "partition", "offset", "max_bytes",
+  "max_wait_ms", "replica_id"}``. The broker streams stored record batches (columns ``offset``,
+  ``timestamp``, ``key``, ``value``, ``headers``) from the batch holding ``offset``; if there is
+  nothing yet it waits up to ``max_wait_ms`` for new records (long poll), then ends the stream.
+- **Actions** (``do_action``, JSON body, JSON result): ``list_offsets`` ``{"topic", "partition",
+  "timestamp"?}`` -> ``{"log_start_offset", "log_end_offset", "high_watermark", "offset_for_time"}``;
+  ``ping`` -> ``{"broker_id"}``.
+- **Errors**: a broker raises ``FlightServerError("sparklog:<CODE>:<message>")``; the client turns
+  it back into the typed error of :mod:`sparklog.errors` with :func:`raise_from_flight`.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+import pyarrow.flight as flight
+
+from sparklog.errors import BrokerNotAvailable, SparklogError, error_from_code
+
+ERROR_PREFIX = "sparklog:"
+_ERROR = re.compile(r"sparklog:([A-Z_]+):(.*?)(?:\. Detail:|$)", re.S)
+
+PRODUCE = "produce"
+LIST_OFFSETS = "list_offsets"
+PING = "ping"
+
+
+def encode(obj: dict[str, Any]) -> bytes:
+    return json.dumps(obj, separators=(",", ":")).encode()
+
+
+def decode(data: bytes | memoryview | Any) -> dict[str, Any]:
+    raw = data.to_pybytes() if hasattr(data, "to_pybytes") else bytes(data)
+    return json.loads(raw)
+
+
+def to_flight_error(exc: SparklogError) -> flight.FlightServerError:
+    """A typed sparklog error as the Flight error a broker raises."""
+    return flight.FlightServerError(f"{ERROR_PREFIX}{exc.code}:{exc}")
+
+
+def from_flight_error(exc: Exception, where: str = "") -> SparklogError:
+    """The typed sparklog error carried by a Flight error (or BrokerNotAvailable if it was the network)."""
+    text = str(exc)
+    match = _ERROR.search(text)
+    if match:
+        return error_from_code(match.group(1), match.group(2).strip())
+    if isinstance(exc, flight.FlightUnavailableError | flight.FlightTimedOutError | ConnectionError):
+        return BrokerNotAvailable(f"broker {where} is not reachable: {text.splitlines()[0] if text else exc!r}")
+    if isinstance(exc, flight.FlightCancelledError):
+        return BrokerNotAvailable(f"request to {where} was cancelled: {text.splitlines()[0]}")
+    return SparklogError(f"request to {where} failed: {text.splitlines()[0] if text else exc!r}")
