@@ -7,6 +7,7 @@ Kafka's and Spark's Kafka source). Everything here works on whole columns, never
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -22,6 +23,7 @@ HEADER_TYPE = pa.list_(pa.struct([pa.field("key", pa.string(), nullable=False), 
 USER_COLUMNS = ("key", "value", "timestamp", "headers")
 
 
+@functools.lru_cache(maxsize=64)
 def record_schema(value_type: pa.DataType = pa.binary()) -> pa.Schema:
     """The schema of stored records (and of fetched batches) for a topic whose values have ``value_type``."""
     return pa.schema(
@@ -33,6 +35,12 @@ def record_schema(value_type: pa.DataType = pa.binary()) -> pa.Schema:
             pa.field("headers", HEADER_TYPE),
         ]
     )
+
+
+@functools.lru_cache(maxsize=64)
+def wire_schema(value_type: pa.DataType = pa.binary()) -> pa.Schema:
+    """The stored schema without ``offset``: what producers send (offsets are the broker's job)."""
+    return record_schema(value_type).remove(0)
 
 
 def now_ms() -> int:
@@ -138,6 +146,11 @@ def to_record_batch(
             data = pa.RecordBatch.from_pylist([], schema=data.schema)
     if not isinstance(data, pa.RecordBatch):
         raise InvalidRecord(f"expected a pyarrow RecordBatch or Table, got {type(data).__name__}")
+    if data.schema.equals(wire_schema(value_type)) and not data.column(0).null_count:
+        # the fast path: what the Producer sends (already normalized), only offsets to add
+        return pa.RecordBatch.from_arrays(
+            [int64_column(np.zeros(data.num_rows, dtype=np.int64)), *data.columns], schema=record_schema(value_type)
+        )
     names = data.schema.names
     unknown = [n for n in names if n not in USER_COLUMNS and n not in ("offset", "topic", "partition")]
     if unknown:

@@ -5,6 +5,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from sparklog.bench import append
+from sparklog.bench import append, broker_scenarios
 
-SCENARIOS: dict[str, Callable[..., dict[str, Any]]] = {"append": append.run}
+SCENARIOS: dict[str, Callable[..., dict[str, Any]]] = {
+    "append": append.run,
+    "produce": broker_scenarios.produce,
+    "consume": broker_scenarios.consume,
+    "latency": broker_scenarios.latency,
+}

@@ -1,27 +1,44 @@
-"""The ``sparklog`` command line: one sub-command per job, errors as one clear line on stderr."""
+"""The ``sparklog`` command line: one sub-command per job, errors as one clear line on stderr.
+
+The commands live in ``sparklog.cli.<module>``: ``cluster`` (up, zookeeper, broker), ``topics``,
+``produce``, ``consume``, ``groups``; ``bench`` is here. Every command takes ``--zookeeper``
+(before or after the command name; env ``SPARKLOG_ZOOKEEPER``, default ``127.0.0.1:2181``).
+"""
 
 from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
-import signal
 import sys
 from collections.abc import Callable, Sequence
+from typing import NoReturn
 
+from sparklog.cli.cluster import add_broker, add_up, add_zookeeper
+from sparklog.cli.common import DEFAULT_ZOOKEEPER, ZOOKEEPER_ENV, CliError, add_zookeeper_option
+from sparklog.cli.consume import add_consume
+from sparklog.cli.groups import add_groups
+from sparklog.cli.produce import add_produce
+from sparklog.cli.topics import add_topics
 from sparklog.errors import SparklogError
 
-DEFAULT_ZOOKEEPER = "127.0.0.1:2181"
+DEBUG_ENV = "SPARKLOG_DEBUG"
+__all__ = ["DEFAULT_ZOOKEEPER", "CliError", "build_parser", "main"]
 
 
-class CliError(Exception):
-    """A user error detected by the CLI itself (bad option combination, missing file, ...)."""
+class _Parser(argparse.ArgumentParser):
+    """An argument parser whose errors are one line (``sparklog: error: ...``), exit status 2."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"sparklog: error: {message} (see '{self.prog} --help')\n")
 
 
 def _add_bench(sub: argparse._SubParsersAction) -> None:
     from sparklog.bench import SCENARIOS
 
     p = sub.add_parser("bench", help="run a benchmark scenario and print its figures")
+    add_zookeeper_option(p)
     p.add_argument("scenario", choices=sorted(SCENARIOS), help="what to measure")
     p.add_argument("--records", type=int, default=10_000_000, help="records to write (default 10M)")
     p.add_argument("--value-bytes", type=int, default=100, help="bytes per value (default 100)")
@@ -54,49 +71,31 @@ def _run_bench(args: argparse.Namespace) -> int:
     return 0
 
 
-def _add_zookeeper(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("zookeeper", help="run the embedded standalone ZooKeeper in the foreground")
-    p.add_argument("--port", type=int, default=2181)
-    p.add_argument("--data-dir", default=os.path.join("data", "zookeeper"))
-    p.set_defaults(handler=_run_zookeeper)
-
-
-def _run_zookeeper(args: argparse.Namespace) -> int:
-    from sparklog.coordination.zookeeper_server import EmbeddedZooKeeper
-
-    server = EmbeddedZooKeeper(args.data_dir, port=args.port)
-    server.start()
-    print(
-        f"zookeeper listening on {server.connect_string} (data in {args.data_dir}); Ctrl-C stops it",
-        flush=True,
-    )
-    _wait_for_signal()
-    server.stop()
-    return 0
-
-
-def _wait_for_signal() -> None:
-    """Block until SIGINT or SIGTERM."""
-    received: list[int] = []
-
-    def handle(signum: int, _frame: object) -> None:
-        received.append(signum)
-
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, handle)
-    while not received:
-        signal.pause()
-
-
-COMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [_add_zookeeper, _add_bench]
+COMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [
+    add_up,
+    add_zookeeper,
+    add_broker,
+    add_topics,
+    add_produce,
+    add_consume,
+    add_groups,
+    _add_bench,
+]
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="sparklog", description="A Kafka-style commit log that Spark reads natively.")
+    parser = _Parser(prog="sparklog", description="A Kafka-style commit log that Spark reads natively.")
     parser.add_argument(
         "--zookeeper",
-        default=os.environ.get("SPARKLOG_ZOOKEEPER", DEFAULT_ZOOKEEPER),
-        help="ZooKeeper HOST:PORT[/chroot] (env SPARKLOG_ZOOKEEPER, default %(default)s)",
+        default=argparse.SUPPRESS,
+        metavar="HOST:PORT[/chroot]",
+        help=f"ZooKeeper to use (env {ZOOKEEPER_ENV}, default {DEFAULT_ZOOKEEPER}); also accepted after the command",
+    )
+    parser.add_argument(
+        "--debug",
+        action="store_true",
+        default=bool(os.environ.get(DEBUG_ENV)),
+        help=f"show logs and full tracebacks (env {DEBUG_ENV}=1)",
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for add in COMMANDS:
@@ -104,21 +103,61 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _one_line(exc: BaseException) -> str:
+    lines = [line.strip() for line in str(exc).strip().splitlines() if line.strip()]
+    return lines[0] if lines else type(exc).__name__
+
+
+def _describe_error(exc: BaseException, zookeeper: str) -> str:
+    """The one line to print for an error that ended a command."""
+    import pyarrow as pa
+    import pyarrow.flight as flight
+    from kazoo.exceptions import KazooException
+    from kazoo.handlers.threading import KazooTimeoutError
+
+    from sparklog.coordination.zookeeper_server import ZooKeeperNotAvailable, ZooKeeperStartError
+
+    if isinstance(exc, SparklogError | CliError | ZooKeeperStartError | ZooKeeperNotAvailable):
+        return _one_line(exc)
+    if isinstance(exc, KazooException | KazooTimeoutError):
+        return f"lost the connection to ZooKeeper at {zookeeper} ({type(exc).__name__}); is it running?"
+    if isinstance(exc, flight.FlightError):
+        from sparklog import wire
+
+        return _one_line(wire.from_flight_error(exc, "the broker"))
+    if isinstance(exc, pa.ArrowException | OSError):
+        return _one_line(exc)
+    return f"unexpected {type(exc).__name__}: {_one_line(exc)} (run with --debug for the traceback)"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``sparklog`` console script."""
     parser = build_parser()
     args = parser.parse_args(argv)
+    given = getattr(args, "zookeeper", None)
+    env = os.environ.get(ZOOKEEPER_ENV) or None
+    args.zookeeper_given = bool(given or env)  # `up` starts its own ZooKeeper only when none is named
+    args.zookeeper = given or env or DEFAULT_ZOOKEEPER
+    if args.debug:
+        logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    elif not getattr(args, "logs", False):
+        logging.disable(logging.CRITICAL)  # kazoo's reconnect chatter must not garble the one error line
     try:
         return int(args.handler(args) or 0)
-    except (SparklogError, CliError) as exc:
-        print(f"sparklog: error: {exc}", file=sys.stderr)
-        return 1
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:
+        # The reader went away (`sparklog consume ... | head`): not an error; keep exit quiet.
+        try:
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+        except OSError:
+            pass
         return 0
-    except OSError as exc:
-        print(f"sparklog: error: {exc}", file=sys.stderr)
+    except Exception as exc:
+        if args.debug:
+            raise
+        print(f"sparklog: error: {_describe_error(exc, args.zookeeper)}", file=sys.stderr)
         return 1
 
 

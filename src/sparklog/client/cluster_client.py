@@ -8,9 +8,10 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 import pyarrow.flight as flight
+from kazoo.recipe.watchers import ChildrenWatch, DataWatch
 
 from sparklog import wire
-from sparklog.coordination.cluster import BrokerInfo, ClusterMetadata, TopicMetadata
+from sparklog.coordination.cluster import BrokerInfo, ClusterMetadata, PartitionState, TopicMetadata
 from sparklog.errors import BrokerNotAvailable, NotLeader, SparklogError
 
 DEFAULT_ZOOKEEPER = "127.0.0.1:2181"
@@ -18,11 +19,21 @@ T = TypeVar("T")
 
 
 class ClusterClient:
-    """Finds partition leaders through ZooKeeper (cached, refreshed on ``NotLeader``) and keeps one
-    Flight client per broker. ``call_leader`` runs a request on the leader with retries."""
+    """Finds partition leaders through ZooKeeper and keeps one Flight client per broker.
 
-    def __init__(self, zookeeper: str = DEFAULT_ZOOKEEPER, retries: int = 20, retry_backoff_s: float = 0.1) -> None:
-        self.cluster = ClusterMetadata(zookeeper).start()
+    Broker membership and each used partition's state are followed by ZooKeeper watches, so a
+    broker that goes away or comes back, or a new leader, is picked up without restarting the
+    client; ``call_leader`` also refreshes and retries on ``NotLeader`` or an unreachable broker.
+    """
+
+    def __init__(
+        self,
+        zookeeper: str = DEFAULT_ZOOKEEPER,
+        retries: int = 20,
+        retry_backoff_s: float = 0.1,
+        session_timeout_s: float = 10.0,
+    ) -> None:
+        self.cluster = ClusterMetadata(zookeeper, timeout=session_timeout_s).start()
         self.retries = retries
         self.retry_backoff_s = retry_backoff_s
         self._topics: dict[str, TopicMetadata] = {}
@@ -30,6 +41,30 @@ class ClusterClient:
         self._brokers: dict[int, BrokerInfo] = {}
         self._clients: dict[str, flight.FlightClient] = {}
         self._lock = threading.Lock()
+        self._watched: set[tuple[str, int]] = set()
+        ChildrenWatch(self.cluster.zk, self.cluster.layout.broker_ids, self._on_brokers)
+
+    def _on_brokers(self, _children: list[str]) -> None:
+        try:
+            self._brokers = self.cluster.brokers()
+        except Exception:  # the session is closing; the next lookup reads again
+            self._brokers = {}
+
+    def _watch_state(self, topic: str, partition: int) -> None:
+        key = (topic, partition)
+        if key in self._watched:
+            return
+        self._watched.add(key)
+
+        def on_state(data: bytes | None, _stat: object) -> bool | None:
+            if data is None:
+                self._leaders.pop(key, None)
+                self._watched.discard(key)
+                return False
+            self._leaders[key] = PartitionState.from_json(data).leader
+            return None
+
+        DataWatch(self.cluster.zk, self.cluster.layout.partition_state(topic, partition), on_state)
 
     def topic(self, name: str, refresh: bool = False) -> TopicMetadata:
         meta = None if refresh else self._topics.get(name)
@@ -43,6 +78,7 @@ class ClusterClient:
         broker_id = None if refresh else self._leaders.get(key)
         if broker_id is None:
             broker_id = self._leaders[key] = self.cluster.partition_state(topic, partition).leader
+            self._watch_state(topic, partition)
         info = None if refresh else self._brokers.get(broker_id)
         if info is None:
             self._brokers = self.cluster.brokers()

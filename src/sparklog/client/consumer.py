@@ -38,7 +38,11 @@ class Record(NamedTuple):
 
 
 class Consumer:
-    """Reads topics as Arrow record batches (``poll_batches``) or records (``poll``)."""
+    """Reads topics as Arrow record batches (``poll_batches``) or records (``poll``).
+
+    ``session_timeout_s`` is the ZooKeeper session: a member that dies is noticed (and its
+    partitions reassigned) after about that long (ZooKeeper enforces at least 2 ticks, 4 s by default).
+    """
 
     def __init__(
         self,
@@ -49,6 +53,7 @@ class Consumer:
         partitions: Iterable[int] | None = None,
         max_bytes: int = 8 << 20,
         max_wait_ms: int = 500,
+        session_timeout_s: float = 10.0,
     ) -> None:
         if auto_offset_reset not in RESETS:
             raise InvalidRequest(f"auto_offset_reset must be one of {', '.join(RESETS)}, got {auto_offset_reset!r}")
@@ -59,10 +64,12 @@ class Consumer:
         self.auto_offset_reset = auto_offset_reset
         self.max_bytes = max_bytes
         self.max_wait_ms = max_wait_ms
-        self._client = ClusterClient(zookeeper)
+        self._client = ClusterClient(zookeeper, session_timeout_s=session_timeout_s)
         self._positions: dict[TopicPartition, int] = {}
         self._assigned: list[TopicPartition] = []
-        self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=8, thread_name_prefix="sparklog-fetch")
+        self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=32, thread_name_prefix="sparklog-fetch")
+        self._inflight: dict[TopicPartition, concurrent.futures.Future[list[pa.RecordBatch]]] = {}
+        self._inflight_at: dict[TopicPartition, tuple[int, concurrent.futures.Future[list[pa.RecordBatch]]]] = {}
         self._partitioner: SetPartitioner | None = None
         all_partitions = [
             (t, p)
@@ -91,6 +98,7 @@ class Consumer:
             raise InvalidRequest(f"lost membership of group {self.group!r}")
         if part.release:
             self._assigned, self._positions = [], {}
+            self._inflight, self._inflight_at = {}, {}
             part.release_set()
         if part.allocating:
             if not wait and not self._assigned:
@@ -147,26 +155,45 @@ class Consumer:
     def poll_batches(self, timeout: float = 1.0) -> list[pa.RecordBatch]:
         """Record batches from the current positions (columns ``topic``, ``partition``, ``offset``,
         ``timestamp``, ``key``, ``value``, ``headers``), waiting up to ``timeout`` s for new data;
-        positions move past what is returned."""
+        positions move past what is returned.
+
+        Every assigned partition always has one fetch in flight (a long poll at the broker), so
+        new records are returned as soon as any partition has them, and the next fetch runs while
+        the caller works on this one.
+        """
         self._follow_group()
         deadline = time.monotonic() + timeout
+        out: list[pa.RecordBatch] = []
         while True:
-            wait_ms = max(0, int((deadline - time.monotonic()) * 1000))
-            futures = {
-                tp: self._pool.submit(self._fetch, tp, self._positions[tp], min(wait_ms, self.max_wait_ms))
-                for tp in self._assigned
-            }
-            out: list[pa.RecordBatch] = []
-            for tp, future in futures.items():
+            self._issue_fetches()
+            remaining = max(0.0, deadline - time.monotonic())
+            done, _ = concurrent.futures.wait(
+                list(self._inflight.values()), timeout=remaining, return_when=concurrent.futures.FIRST_COMPLETED
+            )
+            for tp, (offset, future) in list(self._inflight_at.items()):
+                if future not in done:
+                    continue
+                del self._inflight[tp], self._inflight_at[tp]
+                if self._positions.get(tp) != offset:
+                    continue  # a seek or reassignment happened meanwhile: drop the stale result
                 for batch in future.result():
-                    batch = self._trim(batch, self._positions[tp])
+                    batch = self._trim(batch, offset)
                     if batch.num_rows:
                         out.append(_with_partition_columns(batch, tp))
-                        self._positions[tp] = batch.column("offset")[-1].as_py() + 1
-            if out or time.monotonic() >= deadline or not self._assigned:
-                if not self._assigned:
-                    time.sleep(min(timeout, 0.05))
+                        offset = batch.column(0)[-1].as_py() + 1
+                self._positions[tp] = offset
+            if out or time.monotonic() >= deadline:
                 return out
+            if not self._assigned:
+                time.sleep(min(remaining, 0.05))
+
+    def _issue_fetches(self) -> None:
+        for tp in self._assigned:
+            if tp not in self._inflight:
+                offset = self._positions[tp]
+                future = self._pool.submit(self._fetch, tp, offset, self.max_wait_ms)
+                self._inflight[tp] = future
+                self._inflight_at[tp] = (offset, future)
 
     @staticmethod
     def _trim(batch: pa.RecordBatch, position: int) -> pa.RecordBatch:
@@ -235,10 +262,11 @@ class Consumer:
         return self._client.cluster.committed_offsets(self.group) if self.group else {}
 
     def close(self) -> None:
+        self._assigned = []
         if self._partitioner is not None:
             self._partitioner.finish()
             self._partitioner = None
-        self._pool.shutdown(wait=True)
+        self._pool.shutdown(wait=True, cancel_futures=True)
         self._client.close()
 
     def __enter__(self) -> Consumer:

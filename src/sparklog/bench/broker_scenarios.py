@@ -1,0 +1,186 @@
+"""``sparklog bench produce|consume|latency``: a real ZooKeeper and broker processes on loopback,
+clients in this process, 100-byte values by default."""
+
+from __future__ import annotations
+
+import statistics
+import tempfile
+import time
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from sparklog.bench.append import make_values
+from sparklog.client.admin import Admin
+from sparklog.client.consumer import Consumer
+from sparklog.client.producer import Producer
+from sparklog.local_cluster import LocalCluster
+
+TOPIC = "bench"
+
+
+def _cluster_and_topic(tmp: str, partitions: int, replication_factor: int, brokers: int) -> LocalCluster:
+    cluster = LocalCluster(tmp, brokers=max(brokers, replication_factor)).start()
+    with Admin(cluster.zookeeper) as admin:
+        configs = {"min.insync.replicas": str(min(2, replication_factor))} if replication_factor > 1 else {}
+        admin.create_topic(TOPIC, partitions, replication_factor, configs)
+    return cluster
+
+
+def _produce_columnar(producer: Producer, batch: pa.RecordBatch, batches: int, partitions: int) -> float:
+    start = time.perf_counter()
+    for i in range(batches):
+        producer.send_batch(TOPIC, batch, partition=i % partitions)
+    return time.perf_counter() - start
+
+
+def produce(
+    records: int = 10_000_000,
+    value_bytes: int = 100,
+    batch_records: int = 10_000,
+    partitions: int = 6,
+    acks: str = "1",
+    replication_factor: int = 1,
+    brokers: int = 1,
+    send_records: int = 1_000_000,
+    **_: Any,
+) -> dict[str, Any]:
+    """Columnar ``send_batch`` of ``records`` records, then per-record ``send()`` of ``send_records``."""
+    batch = pa.record_batch({"value": make_values(batch_records, value_bytes)})
+    batches = max(1, records // batch_records)
+    with tempfile.TemporaryDirectory(prefix="sparklog-bench-") as tmp:
+        cluster = _cluster_and_topic(tmp, partitions, replication_factor, brokers)
+        try:
+            with Producer(cluster.zookeeper, acks=acks, batch_records=batch_records) as producer:
+                _produce_columnar(producer, batch, min(batches, 4 * partitions), partitions)  # warm-up
+                took = _produce_columnar(producer, batch, batches, partitions)
+                value = b"x" * value_bytes
+                start = time.perf_counter()
+                for _ in range(send_records):
+                    producer.send(TOPIC, value)
+                producer.flush()
+                send_took = time.perf_counter() - start
+        finally:
+            cluster.stop()
+    total = batches * batch_records
+    return {
+        "scenario": "produce",
+        "records": total,
+        "value_bytes": value_bytes,
+        "batch_records": batch_records,
+        "partitions": partitions,
+        "acks": acks,
+        "replication_factor": replication_factor,
+        "records_per_s": round(total / took),
+        "mb_per_s": round(total * value_bytes / took / 1e6, 1),
+        "send_records": send_records,
+        "send_records_per_s": round(send_records / send_took),
+    }
+
+
+def consume(
+    records: int = 10_000_000,
+    value_bytes: int = 100,
+    batch_records: int = 10_000,
+    partitions: int = 6,
+    repeat: int = 3,
+    **_: Any,
+) -> dict[str, Any]:
+    """Produce ``records`` records (not timed), then read them all back columnar, ``repeat`` times."""
+    batch = pa.record_batch({"value": make_values(batch_records, value_bytes)})
+    batches = max(1, records // batch_records)
+    total = batches * batch_records
+    times = []
+    with tempfile.TemporaryDirectory(prefix="sparklog-bench-") as tmp:
+        cluster = _cluster_and_topic(tmp, partitions, 1, 1)
+        try:
+            with Producer(cluster.zookeeper) as producer:
+                _produce_columnar(producer, batch, batches, partitions)
+            for _ in range(repeat + 1):  # the first pass warms the broker's page cache and maps
+                with Consumer(
+                    TOPIC, zookeeper=cluster.zookeeper, auto_offset_reset="earliest", max_bytes=32 << 20
+                ) as consumer:
+                    seen = 0
+                    start = time.perf_counter()
+                    while seen < total:
+                        seen += sum(b.num_rows for b in consumer.poll_batches(timeout=5.0))
+                    times.append(time.perf_counter() - start)
+                    if seen != total:
+                        raise AssertionError(f"consumed {seen} records, produced {total}")
+        finally:
+            cluster.stop()
+    took = statistics.median(times[1:])
+    return {
+        "scenario": "consume",
+        "records": total,
+        "value_bytes": value_bytes,
+        "partitions": partitions,
+        "records_per_s": round(total / took),
+        "mb_per_s": round(total * value_bytes / took / 1e6, 1),
+    }
+
+
+def _latency_consumer(zookeeper: str, total: int, ready: Any, results: Any) -> None:
+    """Runs in its own process (as a real consumer would): collects receive - send times in ms."""
+    consumer = Consumer(TOPIC, zookeeper=zookeeper, auto_offset_reset="latest", max_wait_ms=200)
+    consumer.poll_batches(timeout=0.1)
+    ready.set()
+    latencies, received = [], 0
+    deadline = time.monotonic() + 120
+    while received < total and time.monotonic() < deadline:
+        for batch in consumer.poll_batches(timeout=0.2):
+            now = time.perf_counter_ns()  # CLOCK_MONOTONIC: comparable across processes on Linux
+            values = batch.column("value")
+            data = np.frombuffer(values.buffers()[2], dtype=np.uint8)
+            offsets = np.frombuffer(values.buffers()[1], dtype=np.int32)
+            starts = offsets[values.offset : values.offset + len(values)]
+            sent = np.frombuffer(data[(starts[:, None] + np.arange(8)).ravel()].tobytes(), dtype=np.int64)
+            latencies.append((now - sent) / 1e6)
+            received += len(values)
+    consumer.close()
+    results.put(np.concatenate(latencies) if latencies else np.array([np.nan]))
+
+
+def latency(
+    value_bytes: int = 100, rate: int = 10_000, seconds: float = 5.0, partitions: int = 6, acks: str = "1", **_: Any
+) -> dict[str, Any]:
+    """Produce at a fixed ``rate`` (records/s) with per-record ``send()`` and no linger while a
+    consumer in another process long-polls; each value carries its send time (monotonic clock),
+    latency = receive time - send time."""
+    import multiprocessing
+
+    total = int(rate * seconds)
+    ctx = multiprocessing.get_context("spawn")
+    with tempfile.TemporaryDirectory(prefix="sparklog-bench-") as tmp:
+        cluster = _cluster_and_topic(tmp, partitions, 1, 1)
+        try:
+            ready, results = ctx.Event(), ctx.Queue()
+            reader = ctx.Process(target=_latency_consumer, args=(cluster.zookeeper, total, ready, results))
+            reader.start()
+            ready.wait(60)
+            pad = b"\0" * max(0, value_bytes - 8)
+            with Producer(cluster.zookeeper, acks=acks, linger_ms=0) as producer:
+                next_at = time.perf_counter()
+                for _ in range(total):
+                    delay = next_at - time.perf_counter()
+                    if delay > 0:
+                        time.sleep(delay)  # sleep, not spin: a spinning thread holds the GIL
+                    producer.send(TOPIC, time.perf_counter_ns().to_bytes(8, "little", signed=True) + pad)
+                    next_at += 1.0 / rate
+            all_ms = results.get(timeout=180)
+            reader.join(30)
+        finally:
+            cluster.stop()
+    return {
+        "scenario": "latency",
+        "records": total,
+        "received": int(np.count_nonzero(~np.isnan(all_ms))),
+        "rate": rate,
+        "value_bytes": value_bytes,
+        "partitions": partitions,
+        "acks": acks,
+        "p50_ms": round(float(np.percentile(all_ms, 50)), 3),
+        "p99_ms": round(float(np.percentile(all_ms, 99)), 3),
+        "max_ms": round(float(np.max(all_ms)), 3),
+    }

@@ -1,0 +1,127 @@
+"""What the ``sparklog`` sub-commands share: the user-error type, option parsing, ZooKeeper checks, tables."""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import re
+import sys
+from collections.abc import Iterable, Sequence
+from typing import Any, TextIO
+
+DEFAULT_ZOOKEEPER = "127.0.0.1:2181"
+ZOOKEEPER_ENV = "SPARKLOG_ZOOKEEPER"
+
+
+class CliError(Exception):
+    """A user error detected by the CLI itself (bad option combination, missing file, ...)."""
+
+
+def add_zookeeper_option(parser: argparse.ArgumentParser) -> None:
+    """``--zookeeper`` on a sub-command too (``sparklog topics list --zookeeper ...``); the value of
+    the top-level option, the environment or the default applies when it is absent."""
+    parser.add_argument(
+        "--zookeeper",
+        default=argparse.SUPPRESS,
+        metavar="HOST:PORT[/chroot]",
+        help=f"ZooKeeper to use (env {ZOOKEEPER_ENV}, default {DEFAULT_ZOOKEEPER})",
+    )
+
+
+def parse_configs(items: Iterable[str] | None) -> dict[str, str]:
+    """``["retention.ms=1000", ...]`` -> ``{"retention.ms": "1000"}``; refuses anything without ``=``."""
+    out: dict[str, str] = {}
+    for item in items or ():
+        key, sep, value = item.partition("=")
+        key = key.strip()
+        if not sep or not key:
+            raise CliError(f"--config expects key=value, got {item!r}")
+        out[key] = value.strip()
+    return out
+
+
+_EPOCH_MS = re.compile(r"^-?\d+$")
+
+
+def parse_time(text: str, option: str) -> int:
+    """An ISO 8601 time (``2026-01-01T12:00:00Z``, ``2026-01-01T12:00:00+02:00``, ``2026-01-01``;
+    no offset means UTC) or epoch milliseconds -> epoch milliseconds."""
+    text = text.strip()
+    if _EPOCH_MS.match(text):
+        return int(text)
+    try:
+        when = dt.datetime.fromisoformat(text)
+    except ValueError:
+        raise CliError(
+            f"{option} expects an ISO 8601 time such as 2026-01-01T12:00:00Z (or epoch milliseconds), got {text!r}"
+        ) from None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=dt.UTC)
+    return int(when.timestamp() * 1000)
+
+
+def zookeeper_hosts(connect: str) -> list[tuple[str, int]]:
+    """The (host, port) pairs of a ``host:port[,host:port][/chroot]`` connect string."""
+    hosts = connect.split("/", 1)[0]
+    out = []
+    for entry in hosts.split(","):
+        entry = entry.strip()
+        if not entry:
+            continue
+        host, sep, port = entry.rpartition(":")
+        if not sep:
+            host, port = entry, "2181"
+        try:
+            out.append((host.strip("[]"), int(port)))
+        except ValueError:
+            raise CliError(f"--zookeeper expects HOST:PORT[/chroot], got {connect!r}") from None
+    if not out:
+        raise CliError(f"--zookeeper expects HOST:PORT[/chroot], got {connect!r}")
+    return out
+
+
+def check_zookeeper(connect: str) -> None:
+    """Fail at once, with one clear line, when nothing listens on any of the ZooKeeper addresses
+    (kazoo would otherwise retry for its whole connection timeout)."""
+    from sparklog.coordination.ports import port_is_open
+    from sparklog.errors import CoordinatorNotAvailable
+
+    if not any(port_is_open(host, port, timeout=2.0) for host, port in zookeeper_hosts(connect)):
+        raise CoordinatorNotAvailable(
+            f"cannot reach ZooKeeper at {connect}: nothing is listening there "
+            f"(start one with 'sparklog up' or 'sparklog zookeeper', or pass --zookeeper)"
+        )
+
+
+def admin(args: argparse.Namespace) -> Any:
+    """A connected :class:`sparklog.Admin` for the command's ``--zookeeper``."""
+    from sparklog.client.admin import Admin
+
+    check_zookeeper(args.zookeeper)
+    return Admin(args.zookeeper)
+
+
+def cluster_metadata(args: argparse.Namespace) -> Any:
+    """A :class:`ClusterMetadata` (ZooKeeper only, no brokers) for ``--zookeeper``; ``with`` connects it."""
+    from sparklog.coordination.cluster import ClusterMetadata
+
+    check_zookeeper(args.zookeeper)
+    return ClusterMetadata(args.zookeeper)
+
+
+def format_table(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
+    """A plain left-aligned table, columns separated by two spaces (``-`` for a missing value)."""
+    cells = [[str(h) for h in headers]] + [["-" if v is None else str(v) for v in row] for row in rows]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
+    lines = ["  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip() for row in cells]
+    return "\n".join(lines)
+
+
+def print_table(headers: Sequence[str], rows: Iterable[Sequence[Any]], file: TextIO | None = None) -> None:
+    print(format_table(headers, rows), file=file or sys.stdout)
+
+
+def ids(values: Iterable[int] | None) -> str:
+    """Broker ids as ``1,2,3`` (``-`` when empty)."""
+    text = ",".join(str(v) for v in values or ())
+    return text or "-"

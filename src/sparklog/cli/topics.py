@@ -1,0 +1,129 @@
+"""``sparklog topics create|list|describe|delete|alter``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from sparklog.cli.common import CliError, add_zookeeper_option, admin, ids, parse_configs, print_table
+
+DESCRIBE_HEADERS = ("PARTITION", "LEADER", "REPLICAS", "ISR", "LOG-START-OFFSET", "LOG-END-OFFSET")
+
+
+def add_topics(sub: argparse._SubParsersAction) -> None:
+    topics = sub.add_parser("topics", help="create, list, describe, alter and delete topics")
+    tsub = topics.add_subparsers(dest="topics_command", required=True, metavar="ACTION")
+
+    p = tsub.add_parser("create", help="create a topic")
+    p.add_argument("name", metavar="NAME")
+    p.add_argument("--partitions", type=int, default=1, metavar="P", help="number of partitions (default 1)")
+    p.add_argument(
+        "--replication-factor", type=int, default=1, metavar="R", help="replicas of each partition (default 1)"
+    )
+    p.add_argument(
+        "--config",
+        action="append",
+        metavar="KEY=VALUE",
+        help="a topic config (retention.ms, cleanup.policy, ...); repeat for several",
+    )
+    add_zookeeper_option(p)
+    p.set_defaults(handler=_create)
+
+    p = tsub.add_parser("list", help="list the topics, one name per line")
+    add_zookeeper_option(p)
+    p.set_defaults(handler=_list)
+
+    p = tsub.add_parser(
+        "describe",
+        help="per partition: leader, replicas, in-sync replicas, log start and end offsets",
+        description="Prints a line 'Topic: NAME  Partitions: P  ReplicationFactor: R  Configs: k=v,...' "
+        "then a table with one row per partition: PARTITION LEADER REPLICAS ISR LOG-START-OFFSET "
+        "LOG-END-OFFSET (broker ids comma-separated; '-' where a partition's leader is unreachable).",
+    )
+    p.add_argument("name", metavar="NAME")
+    p.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
+    add_zookeeper_option(p)
+    p.set_defaults(handler=_describe)
+
+    p = tsub.add_parser("delete", help="delete a topic and all its records")
+    p.add_argument("name", metavar="NAME")
+    add_zookeeper_option(p)
+    p.set_defaults(handler=_delete)
+
+    p = tsub.add_parser("alter", help="change configs of a topic")
+    p.add_argument("name", metavar="NAME")
+    p.add_argument("--config", action="append", required=True, metavar="KEY=VALUE", help="repeat for several")
+    add_zookeeper_option(p)
+    p.set_defaults(handler=_alter)
+
+
+def _configs_text(configs: dict[str, Any]) -> str:
+    return ",".join(f"{k}={v}" for k, v in sorted(configs.items())) or "-"
+
+
+def _create(args: argparse.Namespace) -> int:
+    configs = parse_configs(args.config)
+    if args.partitions < 1:
+        raise CliError(f"--partitions must be at least 1, got {args.partitions}")
+    if args.replication_factor < 1:
+        raise CliError(f"--replication-factor must be at least 1, got {args.replication_factor}")
+    with admin(args) as client:
+        meta = client.create_topic(args.name, args.partitions, args.replication_factor, configs)
+    print(
+        f"created topic {meta.name} with {meta.partitions} partition(s), "
+        f"replication factor {args.replication_factor}, configs {_configs_text(meta.configs)}"
+    )
+    return 0
+
+
+def _list(args: argparse.Namespace) -> int:
+    with admin(args) as client:
+        names = client.list_topics()
+    for name in names:
+        print(name)
+    return 0
+
+
+def _describe(args: argparse.Namespace) -> int:
+    with admin(args) as client:
+        info = client.describe_topic(args.name)
+    partitions = info["partitions"]
+    if args.json:
+        print(json.dumps(info))
+        return 0
+    rf = len(partitions[0]["replicas"]) if partitions else 0
+    print(
+        f"Topic: {info['topic']}  Partitions: {len(partitions)}  ReplicationFactor: {rf}  "
+        f"Configs: {_configs_text(info['configs'])}"
+    )
+    print_table(
+        DESCRIBE_HEADERS,
+        (
+            (
+                p["partition"],
+                p["leader"],
+                ids(p["replicas"]),
+                ids(p["isr"]),
+                p.get("log_start_offset"),
+                p.get("log_end_offset"),
+            )
+            for p in partitions
+        ),
+    )
+    return 0
+
+
+def _delete(args: argparse.Namespace) -> int:
+    with admin(args) as client:
+        client.delete_topic(args.name)
+    print(f"deleted topic {args.name}")
+    return 0
+
+
+def _alter(args: argparse.Namespace) -> int:
+    configs = parse_configs(args.config)
+    with admin(args) as client:
+        meta = client.alter_topic(args.name, configs)
+    print(f"altered topic {meta.name}: configs {_configs_text(meta.configs)}")
+    return 0
