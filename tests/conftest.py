@@ -52,3 +52,46 @@ def zk_client(zookeeper: EmbeddedZooKeeper, request: pytest.FixtureRequest) -> I
     finally:
         client.stop()
         client.close()
+
+
+# ---------------------------------------------------------------------------------------------------
+# Broker integration fixtures (tests/test_broker_*.py; helpers in tests/broker_helpers.py).
+
+
+@pytest.fixture
+def sparklog_connect(zookeeper: EmbeddedZooKeeper) -> str:
+    """A ZooKeeper connect string with a fresh chroot: sparklog's root znode, unique to the test."""
+    return f"{zookeeper.connect_string}/t-{uuid.uuid4().hex[:8]}"
+
+
+@pytest.fixture
+def child_processes() -> Iterator[object]:
+    """A ``broker_helpers.ProcessGroup``: every subprocess started through it ends with the test."""
+    from broker_helpers import ProcessGroup
+
+    group = ProcessGroup()
+    try:
+        yield group
+    finally:
+        group.close()
+
+
+@pytest.fixture
+def start_broker(sparklog_connect: str, child_processes: object, tmp_path_factory: pytest.TempPathFactory):
+    """``start_broker(broker_id=1)`` -> a running ``broker_helpers.BrokerProcess`` (registered in
+    ZooKeeper under ``sparklog_connect``); stopped with SIGTERM at the end of the test."""
+    from broker_helpers import BrokerProcess
+
+    base = tmp_path_factory.mktemp("brokers")
+    started: list[BrokerProcess] = []
+
+    def start(broker_id: int = 1) -> BrokerProcess:
+        broker = BrokerProcess(broker_id, base / f"broker-{broker_id}", sparklog_connect, child_processes)
+        started.append(broker)
+        return broker.start()
+
+    try:
+        yield start
+    finally:
+        for broker in started:
+            broker.stop_or_kill()

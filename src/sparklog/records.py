@@ -83,7 +83,10 @@ def _as_timestamp(column: pa.Array | None, rows: int, now: int) -> pa.Array:
     if pa.types.is_timestamp(column.type):
         column = column.cast(pa.timestamp(column.type.unit, tz="UTC")).cast(TIMESTAMP_TYPE, safe=False)
     elif pa.types.is_integer(column.type):
-        column = column.cast(pa.int64()).cast(TIMESTAMP_TYPE)
+        try:
+            column = column.cast(pa.int64()).cast(TIMESTAMP_TYPE)
+        except pa.ArrowInvalid as exc:
+            raise InvalidRecord(f"column 'timestamp' has values out of range: {exc}") from None
     else:
         raise InvalidRecord(f"column 'timestamp' must be a timestamp or int64 milliseconds, got {column.type}")
     if column.null_count:
@@ -135,7 +138,10 @@ def to_record_batch(
     Missing timestamps become ``now``; extra columns are refused with :class:`InvalidRecord`.
     """
     if isinstance(data, Mapping):
-        data = pa.table(dict(data))
+        try:
+            data = pa.table(dict(data))
+        except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError) as exc:
+            raise InvalidRecord(f"cannot build a record batch from the given columns: {exc}") from None
     if isinstance(data, pa.Table):
         batches = data.combine_chunks().to_batches()
         if len(batches) == 1:

@@ -4,8 +4,10 @@ partitions over Arrow Flight, runs retention and compaction, and shuts down clea
 from __future__ import annotations
 
 import logging
+import os
 import signal
 import threading
+import time
 from pathlib import Path
 
 from kazoo.recipe.watchers import ChildrenWatch, DataWatch
@@ -14,7 +16,7 @@ from sparklog.broker.log import PartitionLog
 from sparklog.broker.log_manager import LogManager
 from sparklog.broker.server import BrokerServer
 from sparklog.coordination.cluster import ClusterMetadata, PartitionState, TopicMetadata
-from sparklog.errors import NotLeader, UnknownTopic
+from sparklog.errors import InvalidRequest, NotLeader, UnknownTopic
 
 log = logging.getLogger(__name__)
 
@@ -31,6 +33,7 @@ class Broker:
         port: int = 0,
         host: str = "127.0.0.1",
         maintenance_interval_s: float = 5.0,
+        session_timeout_s: float = 4.0,
     ) -> None:
         self.broker_id = broker_id
         self.host = host
@@ -38,6 +41,8 @@ class Broker:
         self.zookeeper = zookeeper
         self.logs = LogManager(Path(data_dir))
         self.maintenance_interval_s = maintenance_interval_s
+        self.session_timeout_s = session_timeout_s
+        self._port = port
         self.topics: dict[str, TopicMetadata] = {}
         self.states: dict[tuple[str, int], PartitionState] = {}
         self.cluster: ClusterMetadata | None = None
@@ -47,32 +52,60 @@ class Broker:
 
     @property
     def port(self) -> int:
-        assert self.server is not None
-        return self.server.port
+        return self._port
 
     # ----------------------------------------------------------------- lifecycle
     def start(self) -> Broker:
-        self.cluster = ClusterMetadata(self.zookeeper).start()
+        self.cluster = ClusterMetadata(self.zookeeper, timeout=self.session_timeout_s).start()
         self.server = BrokerServer(self, f"grpc+tcp://{self.host}:{self.requested_port}")
+        self._port = self.server.port
         serve = threading.Thread(target=self.server.serve, name=f"broker-{self.broker_id}-flight", daemon=True)
         serve.start()
         ChildrenWatch(self.cluster.zk, self.cluster.layout.topics, self._on_topics)
         maintenance = threading.Thread(target=self._maintain, name="broker-maintenance", daemon=True)
         maintenance.start()
         self._threads += [serve, maintenance]
-        self.cluster.register_broker(self.broker_id, self.host, self.port)
+        self._register()
         log.info("broker %s serving on %s:%s", self.broker_id, self.host, self.port)
         return self
 
-    def stop(self) -> None:
-        if self._stopped.is_set():
-            return
+    def _register(self) -> None:
+        """Register in ZooKeeper; after a crash the previous session's node lingers until that
+        session expires, so wait for it (a little longer than a session timeout)."""
+        assert self.cluster is not None
+        deadline = time.monotonic() + 2 * self.session_timeout_s + 10
+        while True:
+            try:
+                self.cluster.register_broker(self.broker_id, self.host, self.port)
+                return
+            except InvalidRequest:
+                if time.monotonic() > deadline:
+                    raise
+                log.info(
+                    "broker id %s is still registered by a previous session; waiting for it to expire", self.broker_id
+                )
+                time.sleep(0.25)
+
+    def stop(self, grace_s: float = 3.0) -> bool:
+        """Stop serving, leave the cluster, close every log cleanly. Calls still running after
+        ``grace_s`` (a producer's idle open stream) are abandoned: returns False then, and the
+        process should exit (``main`` does)."""
+        if self._stopped.is_set() and self.server is None:
+            return True
         self._stopped.set()
+        server, self.server = self.server, None
+        if server is not None:
+            server.begin_shutdown()
         if self.cluster is not None:
-            self.cluster.close()  # leave the cluster first: clients stop sending here
-        if self.server is not None:
-            self.server.shutdown()
+            self.cluster.close()  # leave the cluster first: clients look elsewhere
+        finished = True
+        if server is not None:
+            closer = threading.Thread(target=server.shutdown, name="flight-shutdown", daemon=True)
+            closer.start()
+            closer.join(grace_s)
+            finished = not closer.is_alive()
         self.logs.close()
+        return finished
 
     def run_until_signalled(self) -> None:
         """Serve until SIGTERM or SIGINT, then stop cleanly."""
@@ -81,7 +114,9 @@ class Broker:
         while not self._stopped.wait(0.5):
             pass
         self._stopped.clear()
-        self.stop()
+        if not self.stop():
+            logging.getLogger(__name__).info("abandoning open client streams; logs are closed")
+            os._exit(0)
 
     # ----------------------------------------------------------------- metadata by watches
     def _on_topics(self, children: list[str]) -> bool | None:

@@ -16,7 +16,7 @@ import pyarrow as pa
 import pyarrow.flight as flight
 
 from sparklog import wire
-from sparklog.errors import InvalidRecord, InvalidRequest, SparklogError
+from sparklog.errors import InvalidRecord, InvalidRequest, NotLeader, SparklogError
 
 if TYPE_CHECKING:
     from sparklog.broker.broker import Broker
@@ -46,6 +46,12 @@ class PartitionWaiters:
         cond = self.condition(topic, partition)
         with cond:
             cond.notify_all()
+
+    def notify_all(self) -> None:
+        """Wake every waiting fetch (the broker is stopping)."""
+        for cond in list(self._conditions.values()):
+            with cond:
+                cond.notify_all()
 
     def wait_until(self, topic: str, partition: int, ready: Callable[[], bool], timeout_s: float) -> bool:
         cond = self.condition(topic, partition)
@@ -86,6 +92,12 @@ class BrokerServer(flight.FlightServerBase):
         super().__init__(location)
         self.broker = broker
         self.waiters = PartitionWaiters()
+        self.stopping = False
+
+    def begin_shutdown(self) -> None:
+        """Refuse new work and end long polls now (``shutdown()`` waits for running calls)."""
+        self.stopping = True
+        self.waiters.notify_all()
 
     # ----------------------------------------------------------------- produce
     def do_put(
@@ -115,6 +127,8 @@ class BrokerServer(flight.FlightServerBase):
                     raise InvalidRecord(f"unreadable record batch: {exc}") from None
                 if chunk.data is None:
                     continue
+                if self.stopping:
+                    raise NotLeader(f"broker {self.broker.broker_id} is shutting down")
                 info = plog.append(chunk.data, producer_id=producer_id, producer_seq=sequence)
                 if sequence >= 0:
                     sequence += chunk.data.num_rows
@@ -137,7 +151,10 @@ class BrokerServer(flight.FlightServerBase):
             batches = plog.read(offset, max_bytes)
             if not batches and max_wait_ms > 0:
                 self.waiters.wait_until(
-                    topic, partition, lambda: plog.closed or plog.log_end_offset > offset, max_wait_ms / 1000
+                    topic,
+                    partition,
+                    lambda: self.stopping or plog.closed or plog.log_end_offset > offset,
+                    max_wait_ms / 1000,
                 )
                 batches = plog.read(offset, max_bytes)
             return flight.RecordBatchStream(pa.Table.from_batches(batches, schema=plog.schema))

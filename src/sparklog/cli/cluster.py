@@ -59,8 +59,8 @@ def add_up(sub: argparse._SubParsersAction) -> None:
 
 def add_zookeeper(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("zookeeper", help="run the embedded standalone ZooKeeper in the foreground")
-    p.add_argument("--port", type=int, default=2181)
-    p.add_argument("--data-dir", default=os.path.join(DEFAULT_DATA_DIR, "zookeeper"))
+    p.add_argument("--port", type=int, default=2181, help="client port (default 2181; 0 = any free port)")
+    p.add_argument("--data-dir", default=os.path.join(DEFAULT_DATA_DIR, "zookeeper"), help="default ./data/zookeeper")
     p.set_defaults(handler=run_zookeeper)
 
 
@@ -80,10 +80,13 @@ def add_broker(sub: argparse._SubParsersAction) -> None:
 
 # ----------------------------------------------------------------- sparklog zookeeper
 def run_zookeeper(args: argparse.Namespace) -> int:
+    from sparklog.coordination.ports import free_port
     from sparklog.coordination.zookeeper_server import EmbeddedZooKeeper
 
+    if args.port < 0:
+        raise CliError(f"--port must be >= 0, got {args.port}")
     stop = _StopSignal()
-    server = EmbeddedZooKeeper(args.data_dir, port=args.port)
+    server = EmbeddedZooKeeper(args.data_dir, port=args.port or free_port())
     try:
         server.start()
         if not stop.is_set():
@@ -103,9 +106,12 @@ def run_zookeeper(args: argparse.Namespace) -> int:
 # ----------------------------------------------------------------- sparklog broker
 def run_broker(args: argparse.Namespace) -> int:
     from sparklog.broker.broker import main as broker_main
+    from sparklog.coordination.ports import port_is_open
 
     if args.id < 0:
         raise CliError(f"--id must be >= 0, got {args.id}")
+    if args.port != 0 and port_is_open(args.host, args.port, timeout=0.5):
+        raise CliError(f"cannot listen on {args.host}:{args.port}: something is already listening there")
     check_zookeeper(args.zookeeper)
     data_dir = args.data_dir or os.path.join(DEFAULT_DATA_DIR, f"broker-{args.id}")
     return broker_main(args.id, args.port, data_dir, args.zookeeper, args.host)
@@ -178,7 +184,7 @@ class _BrokerProcess:
             stdout=self._log,
             stderr=subprocess.STDOUT,
             start_new_session=True,  # Ctrl-C reaches up only; up stops the brokers before ZooKeeper
-            preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None,  # noqa: PLW1509
+            preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None,
         )
 
     def exited(self) -> int | None:
@@ -284,6 +290,7 @@ def run_up(args: argparse.Namespace) -> int:
 def _wait_for_brokers(connect: str, brokers: list[_BrokerProcess], stop: _StopSignal) -> bool:
     """Until every broker is registered in ZooKeeper at its port; False if a stop signal came first."""
     from sparklog.coordination.cluster import ClusterMetadata
+    from sparklog.coordination.ports import port_is_open
 
     deadline = time.monotonic() + BROKER_START_TIMEOUT_S
     with ClusterMetadata(connect) as cluster:
@@ -298,7 +305,12 @@ def _wait_for_brokers(connect: str, brokers: list[_BrokerProcess], stop: _StopSi
                         + f" (log {b.log_path})"
                     )
             live = cluster.brokers()
-            if all(b.broker_id in live and live[b.broker_id].port == b.port for b in brokers):
+            # The port check: a registration left by a crashed run (same id and port) lingers until its
+            # ZooKeeper session expires; the broker serves before it registers.
+            if all(
+                b.broker_id in live and live[b.broker_id].port == b.port and port_is_open("127.0.0.1", b.port)
+                for b in brokers
+            ):
                 return True
             if time.monotonic() > deadline:
                 missing = [b.broker_id for b in brokers if b.broker_id not in live]

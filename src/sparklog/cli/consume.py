@@ -143,7 +143,7 @@ def _check_options(args: argparse.Namespace) -> None:
 
 
 class _Stop(Exception):
-    """SIGTERM: stop consuming like Ctrl-C does."""
+    """Ctrl-C or SIGTERM: stop consuming."""
 
 
 def run_consume(args: argparse.Namespace) -> int:
@@ -155,12 +155,19 @@ def run_consume(args: argparse.Namespace) -> int:
     if args.partition is not None and args.partition >= partitions:
         raise CliError(f"topic {args.topic!r} has {partitions} partition(s); partition {args.partition} does not exist")
 
-    def on_sigterm(_signum: int, _frame: object) -> None:
+    printer = _Printer(args)
+
+    def on_signal(_signum: int, _frame: object) -> None:
+        # Inside the loop the first signal only asks it to stop after the batch it is printing (so the
+        # count and the committed offsets match what was written); a second one, or one before the
+        # loop runs (joining a group may wait), interrupts at once.
+        if printer.looping and not printer.stop_requested:
+            printer.stop_requested = True
+            return
         raise _Stop
 
-    previous = signal.signal(signal.SIGTERM, on_sigterm)
+    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
     consumer = None
-    printer = _Printer(args)
     try:
         consumer = Consumer(
             args.topic,
@@ -181,7 +188,8 @@ def run_consume(args: argparse.Namespace) -> int:
     except (KeyboardInterrupt, _Stop):
         pass
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
         if consumer is not None:
             consumer.close()
     if not args.quiet:
@@ -195,6 +203,8 @@ class _Printer:
     def __init__(self, args: argparse.Namespace) -> None:
         self.args = args
         self.printed = 0
+        self.looping = False
+        self.stop_requested = False
         self.group = args.group is not None
         # With a group: the next offset to commit per partition, and what ZooKeeper holds already.
         self.positions: dict[tuple[str, int], int] = {}
@@ -223,10 +233,11 @@ class _Printer:
         limit = args.max_messages
         timeout_s = None if args.timeout_ms is None else args.timeout_ms / 1000
         last_commit = last_record = time.monotonic()
+        self.looping = True
         try:
             if self.group:
                 self._follow_assignment(consumer)
-            while limit is None or self.printed < limit:
+            while (limit is None or self.printed < limit) and not self.stop_requested:
                 wait = POLL_TIMEOUT_S
                 if timeout_s is not None:
                     left = timeout_s - (time.monotonic() - last_record)
@@ -245,7 +256,7 @@ class _Printer:
                     tp = (batch.column("topic")[0].as_py(), batch.column("partition")[0].as_py())
                     if tp in self.positions:
                         self.positions[tp] = batch.column("offset")[-1].as_py() + 1
-                    if limit is not None and self.printed >= limit:
+                    if (limit is not None and self.printed >= limit) or self.stop_requested:
                         break
                 if batches:
                     last_record = time.monotonic()
@@ -253,5 +264,6 @@ class _Printer:
                     self._commit(consumer)
                     last_commit = time.monotonic()
         finally:
+            self.looping = False
             if self.group:
                 self._commit(consumer)  # only what was written out: at least once

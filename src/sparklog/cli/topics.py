@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from typing import Any
 
 from sparklog.cli.common import CliError, add_zookeeper_option, admin, ids, parse_configs, print_table
@@ -111,6 +112,9 @@ def _describe(args: argparse.Namespace) -> int:
             for p in partitions
         ),
     )
+    for p in partitions:
+        if p.get("error"):
+            print(f"sparklog: warning: partition {p['partition']}: {p['error']}", file=sys.stderr)
     return 0
 
 

@@ -164,6 +164,8 @@ class Producer:
         """Queue one record; the returned future resolves to its (topic, partition, offset)."""
         if self._closed:
             raise InvalidRequest("the producer is closed")
+        if partition is not None and partition < 0:
+            raise InvalidRequest(f"partition must be >= 0, got {partition}")
         with self._lock:
             acc = self._pending.get(topic)
             if acc is None:
@@ -234,6 +236,8 @@ class Producer:
     ) -> list[BatchMetadata]:
         """Send a whole Arrow table (columns ``value`` and optional ``key``, ``timestamp``,
         ``headers``) and wait for the acknowledgements; returns where each slice landed."""
+        if partition is not None and partition < 0:
+            raise InvalidRequest(f"partition must be >= 0, got {partition}")
         self.flush()
         if isinstance(data, Mapping):
             data = pa.table(dict(data))

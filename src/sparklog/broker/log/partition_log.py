@@ -22,7 +22,7 @@ import numpy as np
 import pyarrow as pa
 
 from sparklog.broker.log.batch_codec import BatchHeader
-from sparklog.broker.log.segment import SEGMENT_SUFFIX, LogSegment, delete_segment_files, header_for
+from sparklog.broker.log.segment import SEGMENT_SUFFIX, LogSegment, delete_segment_files, encoded_size, header_for
 from sparklog.config import TopicConfig
 from sparklog.errors import CorruptRecord, InvalidRecord, LogClosed, OffsetOutOfRange, RecordTooLarge
 from sparklog.records import TIMESTAMP_TYPE, column_max, int64_column, record_schema, to_record_batch
@@ -81,6 +81,7 @@ class PartitionLog:
         self.last_flush_ms = clock()
         self._active_created_ms = clock()
         self._pending_flushes: list[concurrent.futures.Future[None]] = []
+        self._unsynced: list[LogSegment] = []  # rolled segments whose background fsync is pending
         self.directory.mkdir(parents=True, exist_ok=True)
         self.segments: list[LogSegment] = []
         self._load()
@@ -97,10 +98,14 @@ class PartitionLog:
             next_base = bases[i + 1] if i + 1 < len(bases) else None
             must_verify = not clean and (next_base is None or next_base > recovery_point)
             try:
-                segment = LogSegment.open(self.directory, base, interval, recover=must_verify)
+                segment = LogSegment.open(
+                    self.directory, base, interval, recover=must_verify, expected_schema=self.schema
+                )
             except CorruptRecord:
                 # the schema message itself is unreadable: the segment was torn right at creation
                 self._drop_from(bases[i:])
+                if not self.segments:
+                    self.segments.append(self._new_segment(base))  # offsets never go back
                 break
             self.recovered_bytes += segment.recovered_bytes
             self.segments.append(segment)
@@ -109,6 +114,8 @@ class PartitionLog:
                 break
         if not self.segments:
             self.segments.append(self._new_segment(0))
+        if recovery_point > self.log_end_offset:  # recovery cut the log: never claim more than is there
+            self._write_recovery_point(self.log_end_offset)
         marker.unlink(missing_ok=True)
 
     def _drop_from(self, bases: list[int]) -> None:
@@ -169,7 +176,6 @@ class PartitionLog:
         max_ts = column_max(batch.column(1))
         with self.lock:
             self._check_open()
-            self._maybe_roll(batch.get_total_buffer_size(), now)
             base = self.log_end_offset
             batch = batch.set_column(
                 0, self.schema.field(0), int64_column(np.arange(base, base + batch.num_rows, dtype=np.int64))
@@ -183,8 +189,7 @@ class PartitionLog:
                 producer_id,
                 producer_seq,
             )
-            self.active.append(batch, header, self.config.compression)
-            self._after_append(batch.num_rows, now)
+            self._write(batch, header, now)
         return AppendInfo(base, header.last_offset, batch.num_rows, max_ts)
 
     def append_replica(self, batch: pa.RecordBatch, header: BatchHeader) -> None:
@@ -198,9 +203,14 @@ class PartitionLog:
                 raise InvalidRecord(
                     f"replicated batch at offset {header.base_offset} is below the log end {self.log_end_offset}"
                 )
-            self._maybe_roll(batch.get_total_buffer_size(), now, base=header.base_offset)
-            self.active.append(batch, header, self.config.compression)
-            self._after_append(batch.num_rows, now)
+            self._write(batch, header, now)
+
+    def _write(self, batch: pa.RecordBatch, header: BatchHeader, now: int) -> None:
+        """Encode, roll if the stored batch would overflow the segment (or is not contiguous), write."""
+        pieces = self.active.encode(batch, header, self.config.compression)
+        self._maybe_roll(encoded_size(pieces), now, base=header.base_offset)
+        self.active.write(pieces, header)
+        self._after_append(batch.num_rows, now)
 
     def _validate(self, batch: pa.RecordBatch) -> None:
         if batch.num_rows == 0:
@@ -240,14 +250,17 @@ class PartitionLog:
         self._active_created_ms = self.clock()
         # fsync the finished segment off the append path (as Kafka's scheduler does)
         self._pending_flushes = [f for f in self._pending_flushes if not f.done()]
+        self._unsynced.append(old)
         self._pending_flushes.append(_flusher().submit(self._flush_rolled, old))
 
     def _flush_rolled(self, segment: LogSegment) -> None:
-        with contextlib.suppress(OSError):  # closed or deleted meanwhile: nothing left to make durable
+        # closed, deleted or replaced meanwhile: nothing of it is left to make durable
+        with contextlib.suppress(OSError, ValueError):
             segment.flush()
-            with self.lock:
-                if not self.closed and segment.next_offset > self._read_recovery_point():
-                    self._write_recovery_point(segment.next_offset)
+        with self.lock:
+            self._unsynced = [s for s in self._unsynced if s is not segment]
+            if not self.closed and not self._unsynced and segment.next_offset > self._read_recovery_point():
+                self._write_recovery_point(min(segment.next_offset, self.active.base_offset))
 
     def _replace_empty_active(self, base: int) -> None:
         """An empty active segment at the wrong base offset (a follower's first fetch) is recreated."""
@@ -274,6 +287,10 @@ class PartitionLog:
         with self.lock:
             if self.closed:
                 return
+            for segment in self._unsynced:  # rolled segments not fsynced yet come first
+                with contextlib.suppress(OSError, ValueError):
+                    segment.flush()
+            self._unsynced = []
             self.active.flush()
             self._unflushed_messages = 0
             self.last_flush_ms = self.clock()
@@ -394,7 +411,8 @@ class PartitionLog:
     def close(self) -> None:
         """Flush, close every segment and mark the shutdown clean (the next open skips recovery)."""
         for pending in self._pending_flushes:
-            pending.result()
+            with contextlib.suppress(Exception):
+                pending.result()
         with self.lock:
             if self.closed:
                 return

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -94,30 +95,57 @@ class LogSegment:
 
     @classmethod
     def open(
-        cls, directory: Path, base_offset: int, index_interval_bytes: int = 4096, recover: bool = False
+        cls,
+        directory: Path,
+        base_offset: int,
+        index_interval_bytes: int = 4096,
+        recover: bool = False,
+        expected_schema: pa.Schema | None = None,
     ) -> LogSegment:
         """Open an existing segment. With ``recover`` every batch is verified, a torn or corrupt tail is
-        truncated and the indexes are rebuilt; otherwise indexes are trusted if they look sane."""
+        truncated and the indexes are rebuilt; otherwise indexes are trusted if they look sane.
+
+        The schema message has no checksum of its own: with ``expected_schema`` a damaged one of the
+        same length is rewritten (the batches' checksums then decide what is valid), any other
+        mismatch raises :class:`CorruptRecord`.
+        """
         seg = cls(directory, base_offset, index_interval_bytes)
         seg._fd = os.open(seg.path, os.O_RDWR)
-        seg.size = os.fstat(seg._fd).st_size
-        data = seg._map()
-        seg.schema, seg.first_position = read_schema(data)
-        seg._open_indexes()
-        if recover or not seg._indexes_usable():
-            seg.recover()
-        else:
-            seg._load_tail()
+        try:
+            seg.size = os.fstat(seg._fd).st_size
+            if expected_schema is not None and seg._repair_schema(expected_schema):
+                recover = True
+            seg.schema, seg.first_position = read_schema(seg._map())
+            indexes_exist = all(
+                segment_path(seg.directory, base_offset, s).exists() for s in (INDEX_SUFFIX, TIME_INDEX_SUFFIX)
+            )
+            seg._open_indexes()
+            if recover or not indexes_exist or not seg._indexes_usable():
+                seg.recover()
+            else:
+                seg._load_tail()
+        except BaseException:
+            seg.close()
+            raise
         return seg
+
+    def _repair_schema(self, expected: pa.Schema) -> bool:
+        """Rewrite a damaged schema message; True if it was rewritten."""
+        want = BatchEncoder(expected).schema_message()
+        have = os.pread(self._fd, len(want), 0)
+        if have == want:
+            return False
+        if len(have) < len(want):
+            raise CorruptRecord(f"{self.path.name} is shorter than its schema message")
+        os.pwrite(self._fd, want, 0)
+        self._data = None
+        return True
 
     def _open_indexes(self) -> None:
         self.offset_index = OffsetIndex(segment_path(self.directory, self.base_offset, INDEX_SUFFIX))
         self.time_index = TimeIndex(segment_path(self.directory, self.base_offset, TIME_INDEX_SUFFIX))
 
     def _indexes_usable(self) -> bool:
-        index_files = [segment_path(self.directory, self.base_offset, s) for s in (INDEX_SUFFIX,)]
-        if not all(p.exists() for p in index_files):
-            return False
         return self.offset_index.sane(self.base_offset, self.size) and len(self.time_index) == len(self.offset_index)
 
     def _load_tail(self) -> None:
@@ -170,14 +198,17 @@ class LogSegment:
         return cut
 
     # ----------------------------------------------------------------- writing
-    def append(self, batch: pa.RecordBatch, header: BatchHeader, compression: str = "none") -> int:
-        """Append one batch whose ``offset`` column is already assigned; returns its stored size."""
+    def encode(self, batch: pa.RecordBatch, header: BatchHeader, compression: str = "none") -> list[Any]:
+        """The pieces of the batch's stored message (valid for any segment of this schema)."""
         encoder = self._encoder
         if encoder is None or encoder.compression != compression:
             encoder = self._encoder = BatchEncoder(self.schema, compression)
-        pieces = encoder.encode(batch, header)
+        return encoder.encode(batch, header)
+
+    def write(self, pieces: list[Any], header: BatchHeader) -> int:
+        """Append encoded pieces at the end of the file; returns the stored size."""
         position = self.size
-        total = sum(p.size if isinstance(p, pa.Buffer) else len(p) for p in pieces)
+        total = encoded_size(pieces)
         written = os.pwritev(self._fd, pieces, position)
         while written < total:  # a short write of a huge batch: write the rest
             rest = b"".join(bytes(p) for p in pieces)[written:]
@@ -185,6 +216,10 @@ class LogSegment:
         self.size = position + total
         self._index(header, position, total)
         return total
+
+    def append(self, batch: pa.RecordBatch, header: BatchHeader, compression: str = "none") -> int:
+        """Append one batch whose ``offset`` column is already assigned; returns its stored size."""
+        return self.write(self.encode(batch, header, compression), header)
 
     def _index(self, header: BatchHeader, position: int, size: int) -> None:
         if self.first_batch_timestamp is None:
@@ -219,12 +254,23 @@ class LogSegment:
                 batch = read_batch_at(data, position, self.schema).batch
                 straddler = batch.filter(pc.less(batch.column(0), offset))
             break
-        self._data = None
-        del data
-        os.ftruncate(self._fd, keep_end)
-        self.size = keep_end
+        self._replace_with_prefix(keep_end)
         self.recover()
         return straddler
+
+    def _replace_with_prefix(self, length: int) -> None:
+        """Keep the first ``length`` bytes: copied to a new file renamed over this one, never an
+        in-place truncation, because batches already handed to readers map the old file."""
+        tmp = self.path.with_name(self.path.name + ".truncating")
+        with open(tmp, "wb") as out:
+            os.sendfile(out.fileno(), self._fd, 0, length) if length else None
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(tmp, self.path)
+        os.close(self._fd)
+        self._fd = os.open(self.path, os.O_RDWR)
+        self.size = length
+        self._data = None
 
     def _start_position(self, offset: int) -> int:
         entry = self.offset_index.lookup(offset)
@@ -307,8 +353,9 @@ class LogSegment:
         if self._fd >= 0:
             os.close(self._fd)
             self._fd = -1
-        self.offset_index.close()
-        self.time_index.close()
+        for index in ("offset_index", "time_index"):
+            if index in self.__dict__:  # not yet there if opening failed early
+                getattr(self, index).close()
 
     def delete(self) -> None:
         """Close and remove the segment's files."""
@@ -317,6 +364,11 @@ class LogSegment:
 
     def __repr__(self) -> str:
         return f"LogSegment(base={self.base_offset}, next={self.next_offset}, size={self.size})"
+
+
+def encoded_size(pieces: list[Any]) -> int:
+    """Bytes the encoded pieces of a batch take on disk."""
+    return sum(p.size if isinstance(p, pa.Buffer) else len(p) for p in pieces)
 
 
 def header_for(batch: pa.RecordBatch, leader_epoch: int, producer_id: int, producer_seq: int) -> BatchHeader:

@@ -1,0 +1,206 @@
+"""Integration tests of a real broker process with real clients: several producer processes writing
+keyed records at once (``send()`` and ``send_batch()``), read back completely by a Consumer; and
+long polling (a record produced during a poll's wait comes back well before the timeout)."""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+from collections import Counter, defaultdict
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+
+from broker_helpers import HELPER_SCRIPT, raw_fetch, read_jsonl, read_topic, wait_for
+from sparklog import Admin, Consumer, Producer
+from sparklog.client.partitioner import partitions_for_keys
+
+PARTITIONS = 6
+PRODUCERS = 4
+RECORDS_PER_PRODUCER = 1500
+KEYS = 23
+
+
+def consume_all(connect: str, topic: str, expected: int, timeout: float = 60.0) -> list[Any]:
+    """Everything in the topic, read from the earliest offsets until ``expected`` records came."""
+    records: list[Any] = []
+    with Consumer(topic, zookeeper=connect, auto_offset_reset="earliest") as consumer:
+        deadline = time.monotonic() + timeout
+        while len(records) < expected and time.monotonic() < deadline:
+            records.extend(consumer.poll(timeout=1.0))
+        records.extend(consumer.poll(timeout=0.5))  # anything beyond what was produced would show up here
+    return records
+
+
+@pytest.mark.slow
+def test_concurrent_producer_processes_lose_nothing_duplicate_nothing_keep_key_order(
+    start_broker: Any, sparklog_connect: str, child_processes: Any, tmp_path: Path
+) -> None:
+    broker = start_broker(1)
+    topic = "events"
+    with Admin(sparklog_connect) as admin:
+        admin.create_topic(topic, PARTITIONS)
+
+    go = tmp_path / "go"
+    outs, logs, procs = [], [], []
+    for i in range(PRODUCERS):
+        outs.append(tmp_path / f"producer-{i}.jsonl")
+        logs.append(tmp_path / f"producer-{i}.log")
+        args = [
+            sys.executable,
+            str(HELPER_SCRIPT),
+            "produce",
+            f"--zookeeper={sparklog_connect}",
+            f"--topic={topic}",
+            f"--partitions={PARTITIONS}",
+            f"--producer-id={i}",
+            f"--records={RECORDS_PER_PRODUCER}",
+            f"--keys={KEYS}",
+            "--block=40",
+            f"--go={go}",
+            f"--out={outs[i]}",
+        ]
+        procs.append(child_processes.spawn(args, logs[i]))
+    wait_for(lambda: all("ready" in log.read_text() for log in logs), 60, "every producer to connect")
+    go.touch()  # all producers start sending at the same moment
+    for i, proc in enumerate(procs):
+        assert proc.wait(120) == 0, f"producer {i} failed:\n{logs[i].read_text()}"
+
+    # what the producers were told: (producer, seq) -> (partition, offset)
+    acked: dict[tuple[int, int], tuple[int, int]] = {}
+    key_of: dict[tuple[int, int], bytes] = {}
+    for out in outs:
+        for line in read_jsonl(out):
+            ident = (line["producer"], line["seq"])
+            assert ident not in acked, f"{ident} acknowledged twice"
+            acked[ident] = (line["partition"], line["offset"])
+            key_of[ident] = line["key"].encode()
+    total = PRODUCERS * RECORDS_PER_PRODUCER
+    assert len(acked) == total
+    assert len(set(acked.values())) == total, "two records were acknowledged at the same (partition, offset)"
+
+    records = consume_all(sparklog_connect, topic, total)
+
+    # per partition: offsets 0, 1, 2, ... (strictly increasing, contiguous: nothing is compacted)
+    by_partition: dict[int, list[Any]] = defaultdict(list)
+    for r in records:
+        assert r.topic == topic
+        by_partition[r.partition].append(r)
+    assert set(by_partition) <= set(range(PARTITIONS))
+    for p, rs in by_partition.items():
+        assert [r.offset for r in rs] == list(range(len(rs))), f"partition {p} offsets not contiguous from 0"
+
+    # every (producer, seq) exactly once, at the partition and offset its producer was told
+    seen = Counter()
+    where: dict[tuple[int, int], tuple[int, int]] = {}
+    for r in records:
+        producer, seq = map(int, r.value.decode().split(":"))
+        seen[(producer, seq)] += 1
+        where[(producer, seq)] = (r.partition, r.offset)
+        assert r.key == key_of[(producer, seq)], f"record {producer}:{seq} has key {r.key!r}"
+    duplicated = {k: n for k, n in seen.items() if n > 1}
+    assert not duplicated, f"duplicated records: {sorted(duplicated)[:10]}"
+    missing = set(acked) - set(seen)
+    assert not missing, f"{len(missing)} acknowledged records were lost, e.g. {sorted(missing)[:10]}"
+    assert set(seen) == set(acked)
+    assert where == acked
+
+    # the same key always in the same partition: the one the stable key hash gives
+    partitions_of_key: dict[bytes, set[int]] = defaultdict(set)
+    for r in records:
+        partitions_of_key[r.key].add(r.partition)
+    assert len(partitions_of_key) == KEYS
+    keys = sorted(partitions_of_key)
+    hashed = partitions_for_keys(pa.array(keys, pa.binary()), PARTITIONS).tolist()
+    expected_partition = dict(zip(keys, hashed, strict=True))
+    for key, parts in partitions_of_key.items():
+        assert parts == {expected_partition[key]}, f"key {key!r} went to partitions {parts}"
+
+    # per producer per key: the records in the order they were sent
+    sequences: dict[tuple[int, bytes], list[int]] = defaultdict(list)
+    for p in sorted(by_partition):
+        for r in by_partition[p]:
+            producer, seq = map(int, r.value.decode().split(":"))
+            sequences[(producer, r.key)].append(seq)
+    for (producer, key), seqs in sequences.items():
+        assert seqs == sorted(seqs), f"producer {producer} key {key!r}: order not preserved"
+        assert seqs == [s for s in range(RECORDS_PER_PRODUCER) if key_of[(producer, s)] == key]
+
+    # the broker's own view (raw fetches) agrees with what the consumer read
+    stored = read_topic(broker.location, topic, PARTITIONS)
+    for p in range(PARTITIONS):
+        assert [(r["offset"], r["value"]) for r in stored[p]] == [(r.offset, r.value) for r in by_partition.get(p, [])]
+
+
+def _produce_later(connect: str, topic: str, value: bytes, delay: float, result: dict[str, Any]) -> threading.Thread:
+    def run() -> None:
+        try:
+            with Producer(zookeeper=connect, linger_ms=0) as producer:
+                time.sleep(delay)
+                result["sent_at"] = time.monotonic()
+                result["meta"] = producer.send(topic, value, key=b"k").result(10)
+        except BaseException as exc:  # surfaced by the test
+            result["error"] = exc
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread
+
+
+def test_long_poll_returns_a_record_produced_during_the_wait(start_broker: Any, sparklog_connect: str) -> None:
+    start_broker(1)
+    topic = "longpoll"
+    with Admin(sparklog_connect) as admin:
+        admin.create_topic(topic, 1)
+    with Consumer(topic, zookeeper=sparklog_connect, auto_offset_reset="latest") as consumer:
+        assert consumer.poll(timeout=0.2) == []
+        result: dict[str, Any] = {}
+        thread = _produce_later(sparklog_connect, topic, b"late record", 0.3, result)
+        start = time.monotonic()
+        records = consumer.poll(timeout=5.0)
+        elapsed = time.monotonic() - start
+        thread.join(10)
+        assert "error" not in result, result.get("error")
+        assert [(r.partition, r.offset, r.key, r.value) for r in records] == [(0, 0, b"k", b"late record")]
+        assert result["meta"].offset == 0
+        assert elapsed < 4.0, f"poll took {elapsed:.2f}s for a record produced after 0.3s"
+        assert consumer.position(0) == 1
+
+
+def test_long_poll_on_the_broker_wakes_up_on_append(start_broker: Any, sparklog_connect: str) -> None:
+    """The broker side of long polling: a fetch at the log end with max_wait_ms=5000 is answered as
+    soon as a record is appended; a consumer whose own max_wait_ms is long gets it the same way."""
+    broker = start_broker(1)
+    topic = "longpoll-raw"
+    with Admin(sparklog_connect) as admin:
+        admin.create_topic(topic, 1)
+
+    # nothing comes: the fetch ends empty after (at least) its wait
+    start = time.monotonic()
+    assert raw_fetch(broker.location, topic, 0, 0, max_wait_ms=500).num_rows == 0
+    assert time.monotonic() - start >= 0.45
+
+    result: dict[str, Any] = {}
+    thread = _produce_later(sparklog_connect, topic, b"first", 0.3, result)
+    start = time.monotonic()
+    table = raw_fetch(broker.location, topic, 0, 0, max_wait_ms=5000)
+    elapsed = time.monotonic() - start
+    thread.join(10)
+    assert "error" not in result, result.get("error")
+    assert table.column("value").to_pylist() == [b"first"]
+    assert table.column("offset").to_pylist() == [0]
+    assert elapsed < 4.0
+
+    with Consumer(topic, zookeeper=sparklog_connect, auto_offset_reset="latest", max_wait_ms=5000) as consumer:
+        result = {}
+        thread = _produce_later(sparklog_connect, topic, b"second", 0.3, result)
+        start = time.monotonic()
+        records = consumer.poll(timeout=5.0)
+        elapsed = time.monotonic() - start
+        thread.join(10)
+        assert "error" not in result, result.get("error")
+        assert [(r.offset, r.value) for r in records] == [(1, b"second")]
+        assert elapsed < 4.0
