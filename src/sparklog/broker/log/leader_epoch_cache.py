@@ -2,39 +2,18 @@
 
 A replica that comes back asks the leader where its own latest epoch ended on the leader and
 truncates there, instead of trusting its high watermark (which lost acknowledged records).
-Stored as ``leader-epoch-checkpoint`` (one ``epoch start_offset`` line per epoch); derived data:
-every stored batch carries its epoch, so the cache is rebuilt from the segments when in doubt.
+Every stored batch carries the epoch it was written in, so the cache is derived from the batch
+headers when the log opens and kept up to date by appends and truncations (no file of its own).
 """
 
 from __future__ import annotations
-
-import os
-from pathlib import Path
-
-CHECKPOINT_FILE = "leader-epoch-checkpoint"
 
 
 class LeaderEpochCache:
     """Sorted (epoch, start offset) entries; both only grow."""
 
-    def __init__(self, directory: Path) -> None:
-        self.path = Path(directory) / CHECKPOINT_FILE
+    def __init__(self) -> None:
         self.entries: list[tuple[int, int]] = []
-
-    def load(self) -> bool:
-        """Read the checkpoint; False if it is missing or unreadable (then rebuild it)."""
-        try:
-            lines = self.path.read_text().split()
-            pairs = [(int(lines[i]), int(lines[i + 1])) for i in range(0, len(lines), 2)]
-        except (OSError, ValueError, IndexError):
-            return False
-        self.entries = pairs
-        return True
-
-    def save(self) -> None:
-        tmp = self.path.with_suffix(".tmp")
-        tmp.write_text("".join(f"{e} {o}\n" for e, o in self.entries))
-        os.replace(tmp, self.path)
 
     @property
     def latest_epoch(self) -> int:

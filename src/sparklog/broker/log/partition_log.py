@@ -22,6 +22,8 @@ import numpy as np
 import pyarrow as pa
 
 from sparklog.broker.log.batch_codec import BatchHeader
+from sparklog.broker.log.leader_epoch_cache import LeaderEpochCache
+from sparklog.broker.log.producer_state import ProducerStateTable
 from sparklog.broker.log.segment import SEGMENT_SUFFIX, LogSegment, delete_segment_files, encoded_size, header_for
 from sparklog.config import TopicConfig
 from sparklog.errors import CorruptRecord, InvalidRecord, LogClosed, OffsetOutOfRange, RecordTooLarge
@@ -53,6 +55,7 @@ class AppendInfo:
     last_offset: int
     count: int
     max_timestamp: int
+    duplicate: bool = False  # a producer's retry of a batch already stored: nothing was appended
 
 
 class PartitionLog:
@@ -84,7 +87,10 @@ class PartitionLog:
         self._unsynced: list[LogSegment] = []  # rolled segments whose background fsync is pending
         self.directory.mkdir(parents=True, exist_ok=True)
         self.segments: list[LogSegment] = []
+        self.epochs = LeaderEpochCache()
+        self.producers = ProducerStateTable()
         self._load()
+        self._rebuild_derived_state()
 
     # ----------------------------------------------------------------- opening and recovery
     def _load(self) -> None:
@@ -117,6 +123,20 @@ class PartitionLog:
         if recovery_point > self.log_end_offset:  # recovery cut the log: never claim more than is there
             self._write_recovery_point(self.log_end_offset)
         marker.unlink(missing_ok=True)
+
+    def _rebuild_derived_state(self) -> None:
+        """Leader epochs and producer state come from the batch headers (headers only, no decoding)."""
+        self.epochs.clear()
+        self.producers.clear()
+        for segment in self.segments:
+            for header in segment.headers():
+                self._remember(header)
+
+    def _remember(self, header: BatchHeader) -> None:
+        self.epochs.assign(header.leader_epoch, header.base_offset)
+        self.producers.record(
+            header.producer_id, header.producer_seq, header.count, header.base_offset, header.last_offset
+        )
 
     def _drop_from(self, bases: list[int]) -> None:
         for base in bases:
@@ -176,6 +196,9 @@ class PartitionLog:
         max_ts = column_max(batch.column(1))
         with self.lock:
             self._check_open()
+            dup = self.producers.duplicate_of(producer_id, producer_seq, batch.num_rows)
+            if dup is not None:
+                return AppendInfo(dup.base_offset, dup.last_offset, batch.num_rows, max_ts, duplicate=True)
             base = self.log_end_offset
             batch = batch.set_column(
                 0, self.schema.field(0), int64_column(np.arange(base, base + batch.num_rows, dtype=np.int64))
@@ -210,6 +233,7 @@ class PartitionLog:
         pieces = self.active.encode(batch, header, self.config.compression)
         self._maybe_roll(encoded_size(pieces), now, base=header.base_offset)
         self.active.write(pieces, header)
+        self._remember(header)
         self._after_append(batch.num_rows, now)
 
     def _validate(self, batch: pa.RecordBatch) -> None:
@@ -392,16 +416,27 @@ class PartitionLog:
                 return
             while len(self.segments) > 1 and self.active.base_offset >= offset:
                 self.segments.pop().delete()
+            self.epochs.truncate_from_end(offset)
+            self.producers.truncate(offset)
             kept = self.active.truncate_to(offset)
             self._write_recovery_point(min(self._read_recovery_point(), offset))
             if kept is not None and kept.num_rows:
-                self.append_replica(kept, header_for(kept, 0, -1, -1))
+                self.append_replica(kept, header_for(kept, self._epoch_at(offset - 1), -1, -1))
             if self.log_end_offset < offset:  # compaction left a gap at the end: offsets never go back
                 self._maybe_roll(0, self.clock(), base=offset)
+
+    def _epoch_at(self, offset: int) -> int:
+        epoch = -1
+        for e, start in self.epochs.entries:
+            if start <= offset:
+                epoch = e
+        return max(epoch, 0)
 
     def truncate_fully(self, new_start: int) -> None:
         """Delete everything and restart the log, empty, at ``new_start``."""
         with self.lock:
+            self.epochs.clear()
+            self.producers.clear()
             for segment in self.segments:
                 segment.delete()
             self.segments = [self._new_segment(new_start)]

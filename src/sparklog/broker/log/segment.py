@@ -334,6 +334,12 @@ class LogSegment:
                 return batch.column(0)[hits[0].as_py()].as_py()
         return None
 
+    def headers(self) -> Iterator[BatchHeader]:
+        """Every batch's header, in order, without decoding the batches."""
+        data = self._map()
+        for header, _position, _end in self._headers(data, self.first_position):
+            yield header
+
     def batches(self, verify: bool = False) -> Iterator[StoredBatch]:
         """Every batch of the segment, in order."""
         data = self._map()
