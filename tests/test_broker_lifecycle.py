@@ -79,4 +79,10 @@ def test_ping_and_list_offsets_answer(start_broker: Any, sparklog_connect: str) 
     with Producer(zookeeper=sparklog_connect) as producer:
         producer.send_batch(TOPIC, {"value": [b"a", b"b", b"c"], "timestamp": [1000, 2000, 3000]}, partition=1)
     offsets = raw_action(broker.location, wire.LIST_OFFSETS, {"topic": TOPIC, "partition": 1, "timestamp": 1500})
-    assert offsets == {"log_start_offset": 0, "log_end_offset": 3, "high_watermark": 3, "offset_for_time": 1}
+    assert offsets == {
+        "log_start_offset": 0,
+        "log_end_offset": 3,
+        "high_watermark": 3,
+        "leader_epoch": 0,
+        "offset_for_time": 1,
+    }

@@ -3,15 +3,20 @@
 - **Produce**: ``do_put`` with ``FlightDescriptor.for_command(json)`` where the JSON is
   ``{"type": "produce", "topic", "partition", "acks": "0"|"1"|"all", "producer_id", "first_sequence"}``.
   The client streams record batches with user columns (``value`` and optionally ``key``,
-  ``timestamp``, ``headers``); after appending each batch the broker writes put metadata
-  ``{"base_offset", "last_offset", "count"}`` (JSON) back on the same stream (none for ``acks=0``).
+  ``timestamp``, ``headers``), each optionally with app metadata ``{"sequence": n}`` (the
+  idempotent producer's sequence of its first record); after appending each batch the broker
+  writes put metadata ``{"base_offset", "last_offset", "count"}`` (JSON) back on the same stream
+  (none for ``acks=0``). With ``acks=all`` that happens once every in-sync replica has the batch.
 - **Fetch**: ``do_get`` with ``Ticket(json)``: ``{"topic", "partition", "offset", "max_bytes",
-  "max_wait_ms", "replica_id"}``. The broker streams stored record batches (columns ``offset``,
-  ``timestamp``, ``key``, ``value``, ``headers``) from the batch holding ``offset``; if there is
-  nothing yet it waits up to ``max_wait_ms`` for new records (long poll), then ends the stream.
+  "max_wait_ms", "replica_id", "leader_epoch"}``. The broker streams stored record batches (columns
+  ``offset``, ``timestamp``, ``key``, ``value``, ``headers``) from the batch holding ``offset``, up
+  to the high watermark for consumers (``replica_id`` -1) or the log end for followers; each batch
+  has app metadata ``{"hw", "lso"}`` (plus ``"h"``, the stored batch header, for followers); with
+  no data an empty batch carries it. If there is nothing yet the broker waits up to ``max_wait_ms``.
 - **Actions** (``do_action``, JSON body, JSON result): ``list_offsets`` ``{"topic", "partition",
-  "timestamp"?}`` -> ``{"log_start_offset", "log_end_offset", "high_watermark", "offset_for_time"}``;
-  ``ping`` -> ``{"broker_id"}``.
+  "timestamp"?}`` -> ``{"log_start_offset", "log_end_offset", "high_watermark", "leader_epoch",
+  "offset_for_time"}``; ``offsets_for_leader_epoch`` ``{"topic", "partition", "epoch"}`` ->
+  ``{"epoch", "end_offset", "log_start_offset"}``; ``ping`` -> ``{"broker_id"}``.
 - **Errors**: a broker raises ``FlightServerError("sparklog:<CODE>:<message>")``; the client turns
   it back into the typed error of :mod:`sparklog.errors` with :func:`raise_from_flight`.
 """
@@ -31,6 +36,7 @@ _ERROR = re.compile(r"sparklog:([A-Z_]+):(.*?)(?:\. Detail:|$)", re.S)
 
 PRODUCE = "produce"
 LIST_OFFSETS = "list_offsets"
+OFFSETS_FOR_LEADER_EPOCH = "offsets_for_leader_epoch"
 PING = "ping"
 
 

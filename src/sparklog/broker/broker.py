@@ -1,29 +1,47 @@
-"""A broker process: registers in ZooKeeper, follows topic metadata by watches, serves its
-partitions over Arrow Flight, runs retention and compaction, and shuts down cleanly on SIGTERM."""
+"""A broker process: registers in ZooKeeper, follows topic metadata and partition states by
+watches, leads or follows each partition it holds a replica of, serves over Arrow Flight, runs a
+controller candidate, retention and compaction, and shuts down cleanly on SIGTERM (handing its
+leaderships over first)."""
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import signal
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
+import pyarrow.flight as flight
+from kazoo.exceptions import BadVersionError, NoNodeError
+from kazoo.protocol.states import KazooState
 from kazoo.recipe.watchers import ChildrenWatch, DataWatch
 
-from sparklog.broker.log import PartitionLog
+from sparklog import wire
+from sparklog.broker.controller import Controller
 from sparklog.broker.log_manager import LogManager
+from sparklog.broker.partition import Partition
+from sparklog.broker.replica_fetcher import ReplicaFetcher
 from sparklog.broker.server import BrokerServer
-from sparklog.coordination.cluster import ClusterMetadata, PartitionState, TopicMetadata
-from sparklog.errors import InvalidRequest, NotLeader, UnknownTopic
+from sparklog.coordination.cluster import BrokerInfo, ClusterMetadata, PartitionState, TopicMetadata
+from sparklog.errors import BrokerNotAvailable, InvalidRequest, NotLeader, UnknownTopic
 
 log = logging.getLogger(__name__)
 
+TopicPartition = tuple[str, int]
+
 
 class Broker:
-    """One sparklog broker. ``start()`` returns once it serves and is registered; ``stop()`` flushes
-    and closes every log (the next start skips recovery) and leaves ZooKeeper."""
+    """One sparklog broker. ``start()`` returns once it serves and is registered; ``stop()`` hands
+    leaderships over, flushes and closes every log (the next start skips recovery) and leaves
+    ZooKeeper.
+
+    ``session_timeout_s`` is the ZooKeeper session: a broker that dies is noticed after about
+    that long (4 s is the smallest ZooKeeper allows with its default 2 s tick), which bounds
+    failover time.
+    """
 
     def __init__(
         self,
@@ -34,6 +52,7 @@ class Broker:
         host: str = "127.0.0.1",
         maintenance_interval_s: float = 5.0,
         session_timeout_s: float = 4.0,
+        replica_lag_ms: int = 10_000,
     ) -> None:
         self.broker_id = broker_id
         self.host = host
@@ -42,13 +61,19 @@ class Broker:
         self.logs = LogManager(Path(data_dir))
         self.maintenance_interval_s = maintenance_interval_s
         self.session_timeout_s = session_timeout_s
+        self.replica_lag_ms = replica_lag_ms
         self._port = port
         self.topics: dict[str, TopicMetadata] = {}
-        self.states: dict[tuple[str, int], PartitionState] = {}
+        self.partitions: dict[TopicPartition, Partition] = {}
+        self.fetchers: dict[TopicPartition, ReplicaFetcher] = {}
+        self.live_brokers: dict[int, BrokerInfo] = {}
         self.cluster: ClusterMetadata | None = None
         self.server: BrokerServer | None = None
+        self.controller: Controller | None = None
+        self.zk_connected = False
+        self._clients: dict[str, flight.FlightClient] = {}
+        self._lock = threading.RLock()
         self._stopped = threading.Event()
-        self._threads: list[threading.Thread] = []
 
     @property
     def port(self) -> int:
@@ -57,15 +82,16 @@ class Broker:
     # ----------------------------------------------------------------- lifecycle
     def start(self) -> Broker:
         self.cluster = ClusterMetadata(self.zookeeper, timeout=self.session_timeout_s).start()
+        self.zk_connected = True
+        self.cluster.zk.add_listener(self._on_zk_state)
         self.server = BrokerServer(self, f"grpc+tcp://{self.host}:{self.requested_port}")
-        self._port = self.server.port
-        serve = threading.Thread(target=self.server.serve, name=f"broker-{self.broker_id}-flight", daemon=True)
-        serve.start()
+        self._port = self.server.port  # serving from here on (serve() would only block, and take SIGTERM)
+        ChildrenWatch(self.cluster.zk, self.cluster.layout.broker_ids, self._on_brokers)
         ChildrenWatch(self.cluster.zk, self.cluster.layout.topics, self._on_topics)
-        maintenance = threading.Thread(target=self._maintain, name="broker-maintenance", daemon=True)
-        maintenance.start()
-        self._threads += [serve, maintenance]
+        threading.Thread(target=self._maintain, name="broker-maintenance", daemon=True).start()
         self._register()
+        self.controller = Controller(self)
+        self.controller.start()
         log.info("broker %s serving on %s:%s", self.broker_id, self.host, self.port)
         return self
 
@@ -81,23 +107,51 @@ class Broker:
             except InvalidRequest:
                 if time.monotonic() > deadline:
                     raise
-                log.info(
-                    "broker id %s is still registered by a previous session; waiting for it to expire", self.broker_id
-                )
+                log.info("broker id %s is still registered by an old session; waiting", self.broker_id)
                 time.sleep(0.25)
 
+    def _on_zk_state(self, state: str) -> None:
+        """Fencing: without a live ZooKeeper session this broker may already have been replaced
+        as leader, so it refuses writes until it is connected again (and re-registers after an
+        expired session)."""
+        if state == KazooState.CONNECTED:
+            if not self.zk_connected and not self._stopped.is_set():
+                threading.Thread(target=self._after_reconnect, daemon=True).start()
+        else:
+            self.zk_connected = False
+            log.warning("ZooKeeper session %s: refusing writes", state)
+
+    def _after_reconnect(self) -> None:
+        assert self.cluster is not None
+        try:
+            if not self.cluster.zk.exists(self.cluster.layout.broker(self.broker_id)):
+                self._register()
+            for topic, p in list(self.partitions):
+                data, stat = self.cluster.zk.get(self.cluster.layout.partition_state(topic, p))
+                self._apply_state(topic, p, PartitionState.from_json(data), stat.version)
+            self.zk_connected = True
+            log.info("ZooKeeper session back: accepting writes where still leader")
+        except Exception:
+            log.exception("could not resume after reconnecting to ZooKeeper")
+
     def stop(self, grace_s: float = 3.0) -> bool:
-        """Stop serving, leave the cluster, close every log cleanly. Calls still running after
-        ``grace_s`` (a producer's idle open stream) are abandoned: returns False then, and the
-        process should exit (``main`` does)."""
+        """Hand leaderships over, stop serving, leave the cluster, close every log cleanly. Calls
+        still running after ``grace_s`` (a producer's idle open stream) are abandoned: returns
+        False then, and the process should exit (``main`` does)."""
         if self._stopped.is_set() and self.server is None:
             return True
         self._stopped.set()
+        if self.controller is not None:
+            self.controller.stop()
+        self._hand_over_leadership()
         server, self.server = self.server, None
         if server is not None:
             server.begin_shutdown()
+        for fetcher in list(self.fetchers.values()):
+            fetcher.stop()
         if self.cluster is not None:
-            self.cluster.close()  # leave the cluster first: clients look elsewhere
+            self.cluster.close()  # leave the cluster: clients and followers look elsewhere
+        self.zk_connected = False
         finished = True
         if server is not None:
             closer = threading.Thread(target=server.shutdown, name="flight-shutdown", daemon=True)
@@ -105,27 +159,64 @@ class Broker:
             closer.join(grace_s)
             finished = not closer.is_alive()
         self.logs.close()
+        for client in self._clients.values():
+            client.close()
         return finished
 
-    def run_until_signalled(self) -> None:
-        """Serve until SIGTERM or SIGINT, then stop cleanly."""
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            signal.signal(sig, lambda *_: self._stopped.set())
-        while not self._stopped.wait(0.5):
+    def _hand_over_leadership(self) -> None:
+        """Controlled shutdown: each partition led here goes to another in-sync replica first."""
+        if self.cluster is None or not self.zk_connected:
+            return
+        for (topic, p), partition in list(self.partitions.items()):
+            state = partition.state
+            if state is None or state.leader != self.broker_id:
+                continue
+            others = [b for b in state.isr if b != self.broker_id and b in self.live_brokers]
+            if not others:
+                continue
+            new = PartitionState(others[0], state.leader_epoch + 1, [b for b in state.isr if b != self.broker_id])
+            try:
+                self.cluster.zk.set(
+                    self.cluster.layout.partition_state(topic, p), new.to_json(), version=partition.state_version
+                )
+                partition.apply_state(new, partition.state_version + 1, partition.replicas)
+            except (BadVersionError, NoNodeError):
+                continue
+
+    def run_until_signalled(self, wake: threading.Event | None = None) -> None:
+        """Serve until SIGTERM or SIGINT (or ``wake`` is set by handlers already installed), then
+        stop cleanly."""
+        if wake is None:
+            wake = threading.Event()
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                signal.signal(sig, lambda *_: wake.set())
+        while not wake.wait(0.5):
             pass
-        self._stopped.clear()
         if not self.stop():
             logging.getLogger(__name__).info("abandoning open client streams; logs are closed")
             os._exit(0)
 
     # ----------------------------------------------------------------- metadata by watches
+    def _on_brokers(self, _children: list[str]) -> bool | None:
+        if self._stopped.is_set() or self.cluster is None:
+            return False
+        try:
+            self.live_brokers = self.cluster.brokers()
+        except Exception:  # session trouble; the next change reads again
+            log.debug("could not read brokers", exc_info=True)
+        return None
+
     def _on_topics(self, children: list[str]) -> bool | None:
         if self._stopped.is_set():
             return False
         for gone in set(self.topics) - set(children):
             self.topics.pop(gone, None)
-            for key in [k for k in self.states if k[0] == gone]:
-                self.states.pop(key, None)
+            with self._lock:
+                for key in [k for k in self.partitions if k[0] == gone]:
+                    fetcher = self.fetchers.pop(key, None)
+                    if fetcher is not None:
+                        fetcher.stop()
+                    self.partitions.pop(key, None)
             self.logs.delete_topic(gone)
         for name in set(children) - set(self.topics):
             self._watch_topic(name)
@@ -155,49 +246,141 @@ class Broker:
     def _watch_state(self, topic: str, partition: int) -> None:
         assert self.cluster is not None
 
-        def on_state(data: bytes | None, _stat: object) -> bool | None:
+        def on_state(data: bytes | None, stat: Any) -> bool | None:
             if data is None or self._stopped.is_set():
-                self.states.pop((topic, partition), None)
                 return False
-            self.states[(topic, partition)] = PartitionState.from_json(data)
+            self._apply_state(topic, partition, PartitionState.from_json(data), stat.version)
             return None
 
         DataWatch(self.cluster.zk, self.cluster.layout.partition_state(topic, partition), on_state)
+
+    def _apply_state(self, topic: str, p: int, state: PartitionState, version: int) -> None:
+        """Take the leader or follower role a partition state gives this broker."""
+        with self._lock:
+            if self._stopped.is_set():
+                return
+            partition = self._partition(topic, p)
+            if version < partition.state_version:
+                return  # an older notification arriving late
+            partition.apply_state(state, version, self.topics[topic].replicas[p])
+            fetcher = self.fetchers.get((topic, p))
+            if state.leader == self.broker_id or state.leader < 0:
+                if fetcher is not None:
+                    fetcher.stop()
+                    del self.fetchers[(topic, p)]
+            elif fetcher is None or not fetcher.is_alive():
+                fetcher = self.fetchers[(topic, p)] = ReplicaFetcher(self, partition)
+                fetcher.start()
+
+    def _partition(self, topic: str, p: int) -> Partition:
+        key = (topic, p)
+        partition = self.partitions.get(key)
+        if partition is None:
+            meta = self.topic_metadata(topic)
+            log_ = self.logs.get(topic, p, meta.config)
+            partition = Partition(topic, p, self.broker_id, log_, self._update_isr, self.replica_lag_ms)
+            self.partitions[key] = partition
+        return partition
+
+    def _update_isr(self, partition: Partition, isr: list[int]) -> bool:
+        """Write a new ISR for a partition this broker leads (compare-and-set on its state znode).
+        False if the state changed meanwhile: then this broker re-reads it (and may learn it was
+        deposed: the fence)."""
+        assert self.cluster is not None
+        state = partition.state
+        if state is None or state.leader != self.broker_id or not self.zk_connected:
+            return False
+        new = PartitionState(state.leader, state.leader_epoch, isr)
+        path = self.cluster.layout.partition_state(partition.topic, partition.partition)
+        try:
+            stat = self.cluster.zk.set(path, new.to_json(), version=partition.state_version)
+        except BadVersionError:
+            data, stat = self.cluster.zk.get(path)
+            self._apply_state(partition.topic, partition.partition, PartitionState.from_json(data), stat.version)
+            return False
+        except Exception:
+            log.warning("could not update the ISR of %s-%s", partition.topic, partition.partition, exc_info=True)
+            return False
+        log.info("%s-%s: ISR %s -> %s", partition.topic, partition.partition, state.isr, isr)
+        self._apply_state(partition.topic, partition.partition, new, stat.version)
+        return True
 
     # ----------------------------------------------------------------- partition access
     def topic_metadata(self, topic: str) -> TopicMetadata:
         meta = self.topics.get(topic)
         if meta is None and self.cluster is not None:  # a watch may lag behind a fresh topic
-            meta = self.cluster.topic(topic)
+            meta = self.topics[topic] = self.cluster.topic(topic)
         if meta is None:
             raise UnknownTopic(f"unknown topic {topic!r}")
         return meta
 
-    def leader_log(self, topic: str, partition: int) -> PartitionLog:
-        """The local log of a partition this broker leads; NotLeader or UnknownTopic otherwise."""
+    def leader_partition(self, topic: str, p: int, for_write: bool = False) -> Partition:
+        """A partition this broker leads (NotLeader or UnknownTopic otherwise). Writes also need a
+        live ZooKeeper session (a broker cut off from ZooKeeper may have been replaced)."""
         meta = self.topic_metadata(topic)
-        if not 0 <= partition < meta.partitions:
-            raise UnknownTopic(f"topic {topic!r} has no partition {partition} (it has {meta.partitions})")
-        state = self.states.get((topic, partition))
-        if state is None and self.cluster is not None:
-            state = self.cluster.partition_state(topic, partition)
-        if state is None or state.leader != self.broker_id:
-            leader = state.leader if state else None
-            raise NotLeader(f"broker {self.broker_id} does not lead {topic}-{partition} (leader: {leader})")
-        return self.logs.get(topic, partition, meta.config)
+        if not 0 <= p < meta.partitions:
+            raise UnknownTopic(f"topic {topic!r} has no partition {p} (it has {meta.partitions})")
+        partition = self.partitions.get((topic, p))
+        if partition is None:
+            if self.broker_id not in meta.replicas[p]:
+                raise NotLeader(f"broker {self.broker_id} holds no replica of {topic}-{p}")
+            assert self.cluster is not None
+            data, stat = self.cluster.zk.get(self.cluster.layout.partition_state(topic, p))
+            self._apply_state(topic, p, PartitionState.from_json(data), stat.version)
+            partition = self._partition(topic, p)
+        if not partition.is_leader:
+            state = partition.state
+            raise NotLeader(
+                f"broker {self.broker_id} does not lead {topic}-{p} (leader: {state.leader if state else None})"
+            )
+        if for_write and not self.zk_connected:
+            raise NotLeader(f"broker {self.broker_id} has lost its ZooKeeper session; not accepting writes")
+        return partition
+
+    # ----------------------------------------------------------------- talking to other brokers
+    def flight_client(self, broker_id: int) -> flight.FlightClient:
+        info = self.live_brokers.get(broker_id)
+        if info is None and self.cluster is not None:
+            self.live_brokers = self.cluster.brokers()
+            info = self.live_brokers.get(broker_id)
+        if info is None:
+            raise BrokerNotAvailable(f"broker {broker_id} is not live")
+        client = self._clients.get(info.location)
+        if client is None:
+            client = self._clients[info.location] = flight.FlightClient(info.location)
+        return client
+
+    def call_action(self, client: flight.FlightClient, name: str, body: dict[str, Any]) -> dict[str, Any]:
+        try:
+            results = list(client.do_action(flight.Action(name, wire.encode(body))))
+        except flight.FlightError as exc:
+            raise wire.from_flight_error(exc, "peer broker") from None
+        return json.loads(results[0].body.to_pybytes())
 
     def _maintain(self) -> None:
-        while not self._stopped.wait(self.maintenance_interval_s):
-            try:
-                self.logs.maintain()
-            except Exception:  # a maintenance failure must not kill the broker
-                log.exception("log maintenance failed")
+        tick = 0
+        while not self._stopped.wait(0.5):
+            for partition in list(self.partitions.values()):
+                try:
+                    partition.maybe_shrink_isr()
+                except Exception:
+                    log.exception("ISR check failed")
+            tick += 1
+            if tick * 0.5 >= self.maintenance_interval_s:
+                tick = 0
+                try:
+                    self.logs.maintain()
+                except Exception:  # a maintenance failure must not kill the broker
+                    log.exception("log maintenance failed")
 
 
 def main(broker_id: int, port: int, data_dir: str, zookeeper: str, host: str = "127.0.0.1") -> int:
     """Run one broker in the foreground (``sparklog broker``)."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    stop_early = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):  # a signal during start-up still stops cleanly
+        signal.signal(sig, lambda *_: stop_early.set())
     broker = Broker(broker_id, data_dir, zookeeper, port=port, host=host).start()
     print(f"broker {broker_id} listening on {host}:{broker.port} (data in {data_dir})", flush=True)
-    broker.run_until_signalled()
+    broker.run_until_signalled(stop_early)
     return 0

@@ -8,55 +8,25 @@ before it touches a file).
 from __future__ import annotations
 
 import logging
-import threading
-from collections.abc import Callable, Iterator
+import time
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import pyarrow.flight as flight
 
 from sparklog import wire
+from sparklog.broker.log.batch_codec import BatchHeader
 from sparklog.errors import InvalidRecord, InvalidRequest, NotLeader, SparklogError
 
 if TYPE_CHECKING:
     from sparklog.broker.broker import Broker
+    from sparklog.broker.partition import Partition
 
 log = logging.getLogger(__name__)
 
 MAX_FETCH_BYTES = 64 << 20
 MAX_WAIT_MS = 30_000
-
-
-class PartitionWaiters:
-    """Long-poll support: fetchers wait on a partition until an append notifies them."""
-
-    def __init__(self) -> None:
-        self._conditions: dict[tuple[str, int], threading.Condition] = {}
-        self._lock = threading.Lock()
-
-    def condition(self, topic: str, partition: int) -> threading.Condition:
-        key = (topic, partition)
-        cond = self._conditions.get(key)
-        if cond is None:
-            with self._lock:
-                cond = self._conditions.setdefault(key, threading.Condition())
-        return cond
-
-    def notify(self, topic: str, partition: int) -> None:
-        cond = self.condition(topic, partition)
-        with cond:
-            cond.notify_all()
-
-    def notify_all(self) -> None:
-        """Wake every waiting fetch (the broker is stopping)."""
-        for cond in list(self._conditions.values()):
-            with cond:
-                cond.notify_all()
-
-    def wait_until(self, topic: str, partition: int, ready: Callable[[], bool], timeout_s: float) -> bool:
-        cond = self.condition(topic, partition)
-        with cond:
-            return cond.wait_for(ready, timeout=timeout_s)
 
 
 def _int(request: dict[str, Any], name: str, default: int | None = None) -> int:
@@ -91,13 +61,14 @@ class BrokerServer(flight.FlightServerBase):
     def __init__(self, broker: Broker, location: str) -> None:
         super().__init__(location)
         self.broker = broker
-        self.waiters = PartitionWaiters()
         self.stopping = False
 
     def begin_shutdown(self) -> None:
         """Refuse new work and end long polls now (``shutdown()`` waits for running calls)."""
         self.stopping = True
-        self.waiters.notify_all()
+        for partition in list(self.broker.partitions.values()):
+            with partition.changed:
+                partition.changed.notify_all()
 
     # ----------------------------------------------------------------- produce
     def do_put(
@@ -111,13 +82,15 @@ class BrokerServer(flight.FlightServerBase):
             request = _parse(descriptor.command)
             if request.get("type") != wire.PRODUCE:
                 raise InvalidRequest(f"unknown put type {request.get('type')!r}")
-            topic, partition = _str(request, "topic"), _int(request, "partition")
+            topic, p = _str(request, "topic"), _int(request, "partition")
             acks = str(request.get("acks", "1"))
             if acks not in ("0", "1", "all", "-1"):
                 raise InvalidRequest(f"acks must be 0, 1 or all, got {acks!r}")
+            acks = "all" if acks == "-1" else acks
             producer_id = _int(request, "producer_id", -1)
             sequence = _int(request, "first_sequence", -1)
-            plog = self.broker.leader_log(topic, partition)
+            partition = self.broker.leader_partition(topic, p, for_write=True)
+            min_isr = partition.log.config.min_insync_replicas
             while True:
                 try:
                     chunk = reader.read_chunk()
@@ -129,10 +102,12 @@ class BrokerServer(flight.FlightServerBase):
                     continue
                 if self.stopping:
                     raise NotLeader(f"broker {self.broker.broker_id} is shutting down")
-                info = plog.append(chunk.data, producer_id=producer_id, producer_seq=sequence)
+                if chunk.app_metadata is not None and chunk.app_metadata.size:
+                    sequence = _int(_parse(chunk.app_metadata), "sequence", -1)  # per batch (idempotence)
+                partition = self.broker.leader_partition(topic, p, for_write=True)
+                info = partition.append_as_leader(chunk.data, acks, producer_id, sequence, min_isr)
                 if sequence >= 0:
                     sequence += chunk.data.num_rows
-                self.waiters.notify(topic, partition)
                 if acks != "0":
                     result = {"base_offset": info.base_offset, "last_offset": info.last_offset, "count": info.count}
                     writer.write(pa.py_buffer(wire.encode(result)))
@@ -143,23 +118,42 @@ class BrokerServer(flight.FlightServerBase):
     def do_get(self, context: flight.ServerCallContext, ticket: flight.Ticket) -> flight.FlightDataStream:
         try:
             request = _parse(ticket.ticket)
-            topic, partition = _str(request, "topic"), _int(request, "partition")
+            topic, p = _str(request, "topic"), _int(request, "partition")
             offset = _int(request, "offset")
             max_bytes = min(max(_int(request, "max_bytes", 8 << 20), 1), MAX_FETCH_BYTES)
             max_wait_ms = min(max(_int(request, "max_wait_ms", 0), 0), MAX_WAIT_MS)
-            plog = self.broker.leader_log(topic, partition)
-            batches = plog.read(offset, max_bytes)
-            if not batches and max_wait_ms > 0:
-                self.waiters.wait_until(
-                    topic,
-                    partition,
-                    lambda: self.stopping or plog.closed or plog.log_end_offset > offset,
-                    max_wait_ms / 1000,
-                )
-                batches = plog.read(offset, max_bytes)
-            return flight.RecordBatchStream(pa.Table.from_batches(batches, schema=plog.schema))
+            replica_id = _int(request, "replica_id", -1)
+            epoch = request.get("leader_epoch")
+            partition = self.broker.leader_partition(topic, p)
+            plog = partition.log
+            upto = partition.fetch_range_end(replica_id, offset, epoch if isinstance(epoch, int) else None)
+            stored = plog.read_stored(offset, max_bytes, upto=upto)
+            if not stored and max_wait_ms > 0:
+                deadline = time.monotonic() + max_wait_ms / 1000
+
+                def ready() -> bool:
+                    end = plog.log_end_offset if replica_id >= 0 else partition.high_watermark
+                    return self.stopping or plog.closed or not partition.is_leader or end > offset
+
+                with partition.changed:
+                    partition.changed.wait_for(ready, timeout=max(0.0, deadline - time.monotonic()))
+                upto = partition.fetch_range_end(replica_id, offset, epoch if isinstance(epoch, int) else None)
+                stored = plog.read_stored(offset, max_bytes, upto=upto)
+            return flight.GeneratorStream(plog.schema, self._fetch_stream(partition, stored, replica_id >= 0))
         except SparklogError as exc:
             raise wire.to_flight_error(exc) from None
+
+    @staticmethod
+    def _fetch_stream(partition: Partition, stored: list[tuple[pa.RecordBatch, BatchHeader]], replica: bool) -> Any:
+        """Batches with per-batch metadata: the high watermark and log start (and, for a follower,
+        the batch's stored header); an empty batch carries them when there is no data."""
+        positions = {"hw": partition.high_watermark, "lso": partition.log.log_start_offset}
+        if not stored:
+            yield pa.RecordBatch.from_pylist([], schema=partition.log.schema), pa.py_buffer(wire.encode(positions))
+            return
+        for batch, header in stored:
+            meta = {**positions, "h": header.encode(crc=b"00000000")} if replica else positions
+            yield batch, pa.py_buffer(wire.encode(meta))
 
     # ----------------------------------------------------------------- actions
     def do_action(self, context: flight.ServerCallContext, action: flight.Action) -> Iterator[bytes]:
@@ -169,6 +163,8 @@ class BrokerServer(flight.FlightServerBase):
                 result: dict[str, Any] = {"broker_id": self.broker.broker_id}
             elif action.type == wire.LIST_OFFSETS:
                 result = self._list_offsets(request)
+            elif action.type == wire.OFFSETS_FOR_LEADER_EPOCH:
+                result = self._offsets_for_leader_epoch(request)
             else:
                 raise InvalidRequest(f"unknown action {action.type!r}")
         except SparklogError as exc:
@@ -176,16 +172,31 @@ class BrokerServer(flight.FlightServerBase):
         return iter([wire.encode(result)])
 
     def list_actions(self, context: flight.ServerCallContext) -> list[tuple[str, str]]:
-        return [(wire.PING, "broker id"), (wire.LIST_OFFSETS, "log start/end offsets, offset for a time")]
+        return [
+            (wire.PING, "broker id"),
+            (wire.LIST_OFFSETS, "log start/end offsets, high watermark, offset for a time"),
+            (wire.OFFSETS_FOR_LEADER_EPOCH, "where an epoch ends in the leader's log (follower truncation)"),
+        ]
 
     def _list_offsets(self, request: dict[str, Any]) -> dict[str, Any]:
-        topic, partition = _str(request, "topic"), _int(request, "partition")
-        plog = self.broker.leader_log(topic, partition)
+        topic, p = _str(request, "topic"), _int(request, "partition")
+        partition = self.broker.leader_partition(topic, p)
+        plog = partition.log
         result: dict[str, Any] = {
             "log_start_offset": plog.log_start_offset,
             "log_end_offset": plog.log_end_offset,
-            "high_watermark": plog.log_end_offset,
+            "high_watermark": partition.high_watermark,
+            "leader_epoch": partition.leader_epoch,
         }
         if "timestamp" in request:
-            result["offset_for_time"] = plog.offset_for_time(_int(request, "timestamp"))
+            found = plog.offset_for_time(_int(request, "timestamp"))
+            result["offset_for_time"] = None if found is None or found >= partition.high_watermark else found
         return result
+
+    def _offsets_for_leader_epoch(self, request: dict[str, Any]) -> dict[str, Any]:
+        topic, p = _str(request, "topic"), _int(request, "partition")
+        partition = self.broker.leader_partition(topic, p)
+        plog = partition.log
+        with plog.lock:
+            epoch, end = plog.epochs.end_offset_for(_int(request, "epoch"), plog.log_end_offset)
+        return {"epoch": epoch, "end_offset": end, "log_start_offset": plog.log_start_offset}

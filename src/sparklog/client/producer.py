@@ -8,6 +8,7 @@ partition has one open Flight ``do_put`` stream to its leader, acknowledged batc
 from __future__ import annotations
 
 import itertools
+import secrets
 import threading
 import time
 from collections.abc import Mapping
@@ -93,15 +94,23 @@ class _Accumulator:
 class _PartitionStream:
     """An open ``do_put`` stream to a partition's leader."""
 
-    def __init__(self, client: flight.FlightClient, broker: BrokerInfo, topic: str, partition: int, acks: str) -> None:
-        command = {"type": wire.PRODUCE, "topic": topic, "partition": partition, "acks": acks}
+    def __init__(
+        self, client: flight.FlightClient, broker: BrokerInfo, topic: str, partition: int, acks: str, producer_id: int
+    ) -> None:
+        command = {
+            "type": wire.PRODUCE,
+            "topic": topic,
+            "partition": partition,
+            "acks": acks,
+            "producer_id": producer_id,
+        }
         descriptor = flight.FlightDescriptor.for_command(wire.encode(command))
         self.broker = broker
         self.acks = acks
         self.writer, self.reader = client.do_put(descriptor, wire_schema())
 
-    def send(self, batch: pa.RecordBatch) -> tuple[int, int]:
-        self.writer.write_batch(batch)
+    def send(self, batch: pa.RecordBatch, sequence: int) -> tuple[int, int]:
+        self.writer.write_with_metadata(batch, pa.py_buffer(wire.encode({"sequence": sequence})))
         if self.acks == "0":
             return -1, -1
         ack = self.reader.read()
@@ -123,6 +132,10 @@ class Producer:
 
     ``acks``: ``0`` (fire and forget), ``1`` (the leader appended), ``all`` (every in-sync replica
     has it). ``linger_ms`` and ``batch_records``/``batch_bytes`` decide when ``send()`` records leave.
+
+    The producer is idempotent: it has a random producer id and numbers the records it sends to
+    each partition, so when it retries a batch after a lost acknowledgement or a leader change the
+    leader recognises the batch and does not append it twice.
     """
 
     def __init__(
@@ -142,6 +155,8 @@ class Producer:
         self.batch_records = batch_records
         self.batch_bytes = batch_bytes
         self._client = ClusterClient(zookeeper, retries=retries)
+        self.producer_id = secrets.randbits(62)
+        self._sequences: dict[tuple[str, int], int] = {}
         self._streams: dict[tuple[str, int], _PartitionStream] = {}
         self._pending: dict[str, _Accumulator] = {}
         self._sticky = itertools.count()
@@ -294,16 +309,30 @@ class Producer:
                 stream.close()
                 stream = None
             if stream is None:
-                stream = self._streams[key] = _PartitionStream(client, broker, topic, partition, self.acks)
+                stream = _PartitionStream(client, broker, topic, partition, self.acks, self.producer_id)
+                self._streams[key] = stream
             try:
-                return stream.send(batch)
+                return stream.send(batch, sequence)
             except BaseException:
                 self._streams.pop(key, None)
                 stream.close()
                 raise
 
         with self._send_lock:
-            return self._client.call_leader(topic, partition, attempt)
+            sequence = self._sequences.get(key, 0)
+            try:
+                result = self._client.call_leader(topic, partition, attempt)
+            except BaseException:
+                # the batch's fate is unknown: continue under a new producer id so that the next
+                # batches are not refused as out of sequence
+                self.producer_id = secrets.randbits(62)
+                self._sequences.clear()
+                for stream in self._streams.values():
+                    stream.close()
+                self._streams.clear()
+                raise
+            self._sequences[key] = sequence + batch.num_rows
+            return result
 
     # ----------------------------------------------------------------- lifecycle
     def flush(self, timeout: float | None = None) -> None:

@@ -322,6 +322,12 @@ class PartitionLog:
 
     # ----------------------------------------------------------------- reading
     def read(self, offset: int, max_bytes: int = DEFAULT_MAX_BYTES, upto: int | None = None) -> list[pa.RecordBatch]:
+        """Record batches from the one holding ``offset`` on (see :meth:`read_stored`)."""
+        return [batch for batch, _header in self.read_stored(offset, max_bytes, upto)]
+
+    def read_stored(
+        self, offset: int, max_bytes: int = DEFAULT_MAX_BYTES, upto: int | None = None
+    ) -> list[tuple[pa.RecordBatch, BatchHeader]]:
         """Record batches from the one holding ``offset`` on, about ``max_bytes`` of them (at least one
         batch if any record is there), zero-copy from memory-mapped segments; none at or past ``upto``
         (the high watermark, for consumers). Reading at the log end returns ``[]``."""
@@ -331,7 +337,7 @@ class PartitionLog:
             raise OffsetOutOfRange(f"offset {offset} is outside the log [{start}, {end}]")
         if upto is not None and offset >= upto:
             return []
-        out: list[pa.RecordBatch] = []
+        out: list[tuple[pa.RecordBatch, BatchHeader]] = []
         budget = max_bytes
         i = max(0, bisect.bisect_right([s.base_offset for s in segments], offset) - 1)
         for segment in segments[i:]:

@@ -295,13 +295,13 @@ class LogSegment:
 
     def read(
         self, offset: int, max_bytes: int, upto: int | None = None, at_least_one: bool = True
-    ) -> tuple[list[pa.RecordBatch], int, bool]:
+    ) -> tuple[list[tuple[pa.RecordBatch, BatchHeader]], int, bool]:
         """Whole batches holding records at or after ``offset`` (the first one may start before it),
         at most ``max_bytes`` of them (but one batch if ``at_least_one``), none at or past ``upto``; a
-        batch that straddles ``upto`` is sliced. Returns the batches, their stored size and whether
-        the segment was read to its end."""
+        batch that straddles ``upto`` is sliced. Returns the batches with their stored headers, their
+        stored size and whether the segment was read to its end."""
         data = self._map()
-        out: list[pa.RecordBatch] = []
+        out: list[tuple[pa.RecordBatch, BatchHeader]] = []
         taken = 0
         for header, position, end in self._headers(data, self._start_position(offset)):
             if header.last_offset < offset:
@@ -313,7 +313,8 @@ class LogSegment:
             batch = read_batch_at(data, position, self.schema).batch
             if upto is not None and header.last_offset >= upto:
                 batch = batch.filter(pc.less(batch.column(0), upto))
-            out.append(batch)
+                header = header_for(batch, header.leader_epoch, header.producer_id, header.producer_seq)
+            out.append((batch, header))
             taken += end - position
         return out, taken, True
 

@@ -1,0 +1,144 @@
+"""The controller: one broker, elected through an ephemeral ZooKeeper node, that chooses partition
+leaders.
+
+It watches broker membership and topics. When a leader's broker is gone it makes the first live
+in-sync replica the leader in a new leader epoch (no unclean election unless the topic says
+``unclean.leader.election.enable=true``); it drops dead brokers from in-sync sets; and it gives
+leadership back to a partition's preferred replica (the first one) once that is in sync again.
+Every state change is a compare-and-set on the partition's state znode, so a controller that was
+deposed, or a leader that changed the ISR meanwhile, never gets overwritten blindly.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from typing import TYPE_CHECKING
+
+from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
+from kazoo.recipe.watchers import ChildrenWatch, DataWatch
+
+from sparklog.coordination.cluster import PartitionState
+from sparklog.errors import UnknownTopic
+
+if TYPE_CHECKING:
+    from sparklog.broker.broker import Broker
+
+log = logging.getLogger(__name__)
+
+RECONCILE_INTERVAL_S = 2.0
+
+
+def choose_state(state: PartitionState, replicas: list[int], live: set[int], unclean: bool) -> PartitionState:
+    """The state a partition should have given the live brokers (the controller's whole policy)."""
+    isr_live = [b for b in state.isr if b in live]
+    if state.leader >= 0 and state.leader in live:
+        preferred = replicas[0]
+        if preferred != state.leader and preferred in isr_live:
+            return PartitionState(preferred, state.leader_epoch + 1, isr_live)
+        if isr_live != state.isr:
+            return PartitionState(state.leader, state.leader_epoch, isr_live or [state.leader])
+        return state
+    candidates = [r for r in replicas if r in isr_live]
+    if candidates:
+        return PartitionState(candidates[0], state.leader_epoch + 1, isr_live)
+    if unclean:
+        alive = [r for r in replicas if r in live]
+        if alive:
+            return PartitionState(alive[0], state.leader_epoch + 1, [alive[0]])
+    # offline: keep the last ISR so that the first of them to come back is elected
+    return PartitionState(-1, state.leader_epoch, state.isr)
+
+
+class Controller:
+    """Runs inside every broker; acts only while this broker holds the ``controller`` znode."""
+
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+        self.active = False
+        self._wake = threading.Event()
+        self._stopped = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="controller", daemon=True)
+
+    @property
+    def _cluster(self):  # noqa: ANN202
+        assert self.broker.cluster is not None
+        return self.broker.cluster
+
+    def start(self) -> None:
+        cluster = self._cluster
+        DataWatch(cluster.zk, cluster.layout.controller, self._on_controller_node)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stopped.set()
+        self._wake.set()
+
+    def _on_controller_node(self, data: bytes | None, _stat: object) -> bool | None:
+        if self._stopped.is_set():
+            return False
+        if data is None:
+            self.active = False
+            self._wake.set()  # try to take over in the controller thread
+        return None
+
+    def _try_elect(self) -> None:
+        cluster = self._cluster
+        try:
+            cluster.zk.create(
+                cluster.layout.controller, json.dumps({"broker_id": self.broker.broker_id}).encode(), ephemeral=True
+            )
+        except NodeExistsError:
+            try:
+                data, _ = cluster.zk.get(cluster.layout.controller)
+                self.active = json.loads(data).get("broker_id") == self.broker.broker_id
+            except NoNodeError:
+                self.active = False
+            return
+        log.info("broker %s is the controller", self.broker.broker_id)
+        self.active = True
+        ChildrenWatch(cluster.zk, cluster.layout.broker_ids, lambda _c: self._wake.set())
+        ChildrenWatch(cluster.zk, cluster.layout.topics, lambda _c: self._wake.set())
+
+    def _run(self) -> None:
+        while not self._stopped.is_set():
+            self._wake.wait(RECONCILE_INTERVAL_S)
+            self._wake.clear()
+            if self._stopped.is_set():
+                return
+            try:
+                if not self.active:
+                    self._try_elect()
+                if self.active:
+                    self.reconcile()
+            except Exception:  # ZooKeeper trouble: try again on the next round
+                log.exception("controller round failed")
+                self._stopped.wait(0.2)
+                self._wake.set()
+
+    def reconcile(self) -> None:
+        """One pass over every partition: elect, shrink, or restore preferred leaders as needed."""
+        cluster = self._cluster
+        live = set(cluster.brokers())
+        for topic in cluster.topics():
+            try:
+                meta = cluster.topic(topic)
+            except UnknownTopic:
+                continue
+            unclean = meta.config.unclean_leader_election_enable
+            for p, replicas in enumerate(meta.replicas):
+                path = cluster.layout.partition_state(topic, p)
+                try:
+                    data, stat = cluster.zk.get(path)
+                except NoNodeError:
+                    continue
+                state = PartitionState.from_json(data)
+                wanted = choose_state(state, replicas, live, unclean)
+                if wanted == state:
+                    continue
+                try:
+                    cluster.zk.set(path, wanted.to_json(), version=stat.version)
+                    log.info("controller: %s-%s %s -> %s", topic, p, state, wanted)
+                except BadVersionError:
+                    self._wake.set()  # someone changed it meanwhile: look again

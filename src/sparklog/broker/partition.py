@@ -1,0 +1,194 @@
+"""One partition as a broker sees it: its local log plus its replication role.
+
+As **leader** it appends produced batches in its leader epoch, tracks how far each follower has
+fetched, keeps the in-sync replica set (ISR) in ZooKeeper, and advances the high watermark (HW) to
+the offset every in-sync replica has; consumers read below the HW, and ``acks=all`` returns once
+the HW covers the batch. As **follower** it only takes batches from its replica fetcher.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+import pyarrow as pa
+
+from sparklog.broker.log import AppendInfo, PartitionLog
+from sparklog.broker.log.batch_codec import BatchHeader
+from sparklog.coordination.cluster import PartitionState
+from sparklog.errors import NotEnoughReplicas, NotLeader, OffsetOutOfRange
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+DEFAULT_REPLICA_LAG_MS = 10_000
+ACK_TIMEOUT_S = 15.0
+
+
+class Partition:
+    """Replication state of one local partition replica (thread-safe)."""
+
+    def __init__(
+        self,
+        topic: str,
+        partition: int,
+        broker_id: int,
+        log: PartitionLog,
+        update_isr: Callable[[Partition, list[int]], bool],
+        replica_lag_ms: int = DEFAULT_REPLICA_LAG_MS,
+    ) -> None:
+        self.topic = topic
+        self.partition = partition
+        self.broker_id = broker_id
+        self.log = log
+        self.update_isr = update_isr  # writes a new ISR to ZooKeeper (compare-and-set); False if fenced
+        self.replica_lag_ms = replica_lag_ms
+        self.state: PartitionState | None = None
+        self.state_version = -1
+        self.replicas: list[int] = [broker_id]
+        self.high_watermark = 0  # learnt from the leader as a follower, recomputed as a leader
+        self._follower_end: dict[int, int] = {}
+        self._follower_caught_up_ms: dict[int, float] = {}
+        self.changed = threading.Condition()  # notified when the HW or the role changes
+
+    # ----------------------------------------------------------------- role
+    @property
+    def is_leader(self) -> bool:
+        return self.state is not None and self.state.leader == self.broker_id
+
+    @property
+    def leader_epoch(self) -> int:
+        return self.state.leader_epoch if self.state else -1
+
+    def apply_state(self, state: PartitionState, version: int, replicas: Sequence[int]) -> None:
+        """A new state from ZooKeeper (leader, epoch, ISR)."""
+        with self.changed:
+            became_leader = state.leader == self.broker_id and (
+                self.state is None
+                or self.state.leader != self.broker_id
+                or self.state.leader_epoch != state.leader_epoch
+            )
+            self.state = state
+            self.state_version = version
+            self.replicas = list(replicas)
+            if became_leader:
+                now = time.monotonic() * 1000
+                self._follower_end = {r: -1 for r in self.replicas if r != self.broker_id}
+                self._follower_caught_up_ms = {r: now for r in self.replicas if r != self.broker_id}
+                self.high_watermark = max(self.high_watermark, 0)
+            self._advance_hw()
+            self.changed.notify_all()
+
+    def _require_leader(self) -> PartitionState:
+        state = self.state
+        if state is None or state.leader != self.broker_id:
+            leader = state.leader if state else None
+            raise NotLeader(f"broker {self.broker_id} does not lead {self.topic}-{self.partition} (leader: {leader})")
+        return state
+
+    # ----------------------------------------------------------------- leader: produce
+    def append_as_leader(
+        self, batch: pa.RecordBatch, acks: str, producer_id: int, sequence: int, min_isr: int
+    ) -> AppendInfo:
+        state = self._require_leader()
+        if acks == "all" and len(state.isr) < min_isr:
+            raise NotEnoughReplicas(
+                f"{self.topic}-{self.partition} has {len(state.isr)} in-sync replicas {state.isr}, "
+                f"min.insync.replicas={min_isr}: write refused"
+            )
+        info = self.log.append(batch, leader_epoch=state.leader_epoch, producer_id=producer_id, producer_seq=sequence)
+        with self.changed:
+            self._advance_hw()
+            self.changed.notify_all()
+        if acks == "all":
+            self._await_hw(info.last_offset + 1, min_isr)
+        return info
+
+    def _await_hw(self, offset: int, min_isr: int) -> None:
+        deadline = time.monotonic() + ACK_TIMEOUT_S
+        with self.changed:
+            while self.high_watermark < offset:
+                state = self.state
+                if state is None or state.leader != self.broker_id:
+                    raise NotLeader(f"{self.topic}-{self.partition} lost leadership before the write was replicated")
+                if len(state.isr) < min_isr:
+                    raise NotEnoughReplicas(
+                        f"{self.topic}-{self.partition}: in-sync replicas {state.isr} fell below "
+                        f"min.insync.replicas={min_isr} before the write was replicated"
+                    )
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise NotEnoughReplicas(
+                        f"{self.topic}-{self.partition}: the write was not replicated to {state.isr} in time"
+                    )
+                self.changed.wait(min(remaining, 0.5))
+
+    # ----------------------------------------------------------------- leader: fetch
+    def fetch_range_end(self, replica_id: int, offset: int, leader_epoch: int | None) -> int:
+        """The offset below which a fetch may read: the log end for a follower (whose position is
+        recorded), the high watermark for a consumer."""
+        state = self._require_leader()
+        if replica_id < 0:
+            return self.high_watermark
+        if replica_id not in self.replicas:
+            raise NotLeader(f"broker {replica_id} is not a replica of {self.topic}-{self.partition}")
+        if leader_epoch is not None and leader_epoch != state.leader_epoch:
+            raise NotLeader(
+                f"{self.topic}-{self.partition}: follower fetch for epoch {leader_epoch}, "
+                f"the leader's epoch is {state.leader_epoch}"
+            )
+        end = self.log.log_end_offset
+        if offset > end:
+            raise OffsetOutOfRange(f"follower {replica_id} fetches at {offset}, past the leader's end {end}")
+        with self.changed:
+            self._follower_end[replica_id] = offset
+            if offset >= end:
+                self._follower_caught_up_ms[replica_id] = time.monotonic() * 1000
+            self._advance_hw()
+            self.changed.notify_all()
+            rejoin = replica_id not in state.isr and offset >= self.high_watermark and offset >= end
+        if rejoin:  # a follower that caught up rejoins the ISR (written to ZooKeeper outside the lock)
+            self.update_isr(self, sorted({*state.isr, replica_id}))
+        return end
+
+    def _advance_hw(self) -> None:
+        """HW = the smallest log end among the in-sync replicas (only while enough are in sync)."""
+        state = self.state
+        if state is None or state.leader != self.broker_id:
+            return
+        ends = [self.log.log_end_offset]
+        for replica in state.isr:
+            if replica != self.broker_id:
+                ends.append(self._follower_end.get(replica, -1))
+        if len(state.isr) < self.log.config.min_insync_replicas:
+            return  # too few in sync: nothing new becomes visible (or acknowledged)
+        new_hw = min(ends)
+        if new_hw > self.high_watermark:
+            self.high_watermark = new_hw
+
+    def maybe_shrink_isr(self) -> None:
+        """Drop followers that have not caught up for ``replica.lag.time.max.ms`` from the ISR."""
+        state = self.state
+        if state is None or state.leader != self.broker_id:
+            return
+        now = time.monotonic() * 1000
+        with self.changed:
+            laggards = [
+                r
+                for r in state.isr
+                if r != self.broker_id and now - self._follower_caught_up_ms.get(r, now) > self.replica_lag_ms
+            ]
+        if laggards:
+            self.update_isr(self, [r for r in state.isr if r not in laggards])
+
+    # ----------------------------------------------------------------- follower
+    def append_as_follower(self, batch: pa.RecordBatch, header: BatchHeader, leader_hw: int) -> None:
+        self.log.append_replica(batch, header)
+        with self.changed:
+            self.high_watermark = min(leader_hw, self.log.log_end_offset)
+
+    def follower_hw(self, leader_hw: int) -> None:
+        with self.changed:
+            self.high_watermark = max(self.high_watermark, min(leader_hw, self.log.log_end_offset))
