@@ -14,7 +14,7 @@ class Admin:
     """Creates, describes, alters and deletes topics; describes and resets consumer groups."""
 
     def __init__(self, zookeeper: str = DEFAULT_ZOOKEEPER) -> None:
-        self._client = ClusterClient(zookeeper, retries=3)
+        self._client = ClusterClient(zookeeper, retries=3, retry_timeout_s=5.0)
         self.cluster = self._client.cluster
 
     def create_topic(

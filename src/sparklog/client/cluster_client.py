@@ -12,7 +12,7 @@ from kazoo.recipe.watchers import ChildrenWatch, DataWatch
 
 from sparklog import wire
 from sparklog.coordination.cluster import BrokerInfo, ClusterMetadata, PartitionState, TopicMetadata
-from sparklog.errors import BrokerNotAvailable, NotLeader, SparklogError
+from sparklog.errors import BrokerNotAvailable, SparklogError
 
 DEFAULT_ZOOKEEPER = "127.0.0.1:2181"
 T = TypeVar("T")
@@ -29,12 +29,14 @@ class ClusterClient:
     def __init__(
         self,
         zookeeper: str = DEFAULT_ZOOKEEPER,
-        retries: int = 20,
-        retry_backoff_s: float = 0.1,
+        retries: int | None = None,
+        retry_backoff_s: float = 0.05,
         session_timeout_s: float = 10.0,
+        retry_timeout_s: float = 30.0,
     ) -> None:
         self.cluster = ClusterMetadata(zookeeper, timeout=session_timeout_s).start()
         self.retries = retries
+        self.retry_timeout_s = retry_timeout_s
         self.retry_backoff_s = retry_backoff_s
         self._topics: dict[str, TopicMetadata] = {}
         self._leaders: dict[tuple[str, int], int] = {}
@@ -103,34 +105,37 @@ class ClusterClient:
             client.close()
 
     def call_leader(self, topic: str, partition: int, request: Callable[[flight.FlightClient, BrokerInfo], T]) -> T:
-        """Run ``request`` against the partition's leader; on NotLeader or an unreachable broker,
-        refresh metadata and retry (with backoff) up to ``retries`` times."""
+        """Run ``request`` against the partition's leader; on a retriable error (not the leader, an
+        unreachable broker, too few in-sync replicas) refresh metadata and retry with backoff until
+        ``retry_timeout_s`` has passed (or ``retries`` attempts, if set)."""
+        deadline = time.monotonic() + self.retry_timeout_s
+        backoff = self.retry_backoff_s
         refresh = False
-        for attempt in range(self.retries + 1):
+        attempt = 0
+        while True:
+            error: SparklogError
             try:
                 broker = self.leader(topic, partition, refresh=refresh)
-            except BrokerNotAvailable:
-                if attempt == self.retries:
-                    raise
-                time.sleep(self.retry_backoff_s)
-                refresh = True
-                continue
-            try:
                 return request(self.flight(broker), broker)
             except SparklogError as exc:
-                if not exc.retriable or attempt == self.retries:
-                    raise
-                if isinstance(exc, BrokerNotAvailable):
-                    self.forget(broker)
+                error = exc
             except flight.FlightError as exc:
-                error = wire.from_flight_error(exc, f"broker {broker.broker_id}")
-                if not error.retriable or attempt == self.retries:
-                    raise error from None
-                if isinstance(error, BrokerNotAvailable):
-                    self.forget(broker)
+                error = wire.from_flight_error(exc, f"the leader of {topic}-{partition}")
+            attempt += 1
+            out_of_time = time.monotonic() + backoff > deadline
+            if not error.retriable or out_of_time or (self.retries is not None and attempt > self.retries):
+                raise error
+            if isinstance(error, BrokerNotAvailable):
+                self._forget_leader(topic, partition)
             refresh = True
-            time.sleep(self.retry_backoff_s if attempt else 0)
-        raise NotLeader(f"no leader found for {topic}-{partition}")
+            time.sleep(backoff)
+            backoff = min(backoff * 2, 0.5)
+
+    def _forget_leader(self, topic: str, partition: int) -> None:
+        broker_id = self._leaders.get((topic, partition))
+        info = self._brokers.get(broker_id) if broker_id is not None else None
+        if info is not None:
+            self.forget(info)
 
     def action(self, topic: str, partition: int, name: str, body: dict[str, Any]) -> dict[str, Any]:
         """A JSON action on the partition's leader."""

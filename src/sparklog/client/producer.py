@@ -132,6 +132,8 @@ class Producer:
 
     ``acks``: ``0`` (fire and forget), ``1`` (the leader appended), ``all`` (every in-sync replica
     has it). ``linger_ms`` and ``batch_records``/``batch_bytes`` decide when ``send()`` records leave.
+    A batch is retried (new leader, broker back, enough replicas again) for up to
+    ``delivery_timeout_s`` before its error is raised.
 
     The producer is idempotent: it has a random producer id and numbers the records it sends to
     each partition, so when it retries a batch after a lost acknowledgement or a leader change the
@@ -145,7 +147,8 @@ class Producer:
         linger_ms: float = 5.0,
         batch_records: int = 10_000,
         batch_bytes: int = 4 << 20,
-        retries: int = 20,
+        retries: int | None = None,
+        delivery_timeout_s: float = 30.0,
     ) -> None:
         acks = "all" if str(acks) in ("all", "-1") else str(acks)
         if acks not in ACKS:
@@ -154,7 +157,7 @@ class Producer:
         self.linger_s = linger_ms / 1000
         self.batch_records = batch_records
         self.batch_bytes = batch_bytes
-        self._client = ClusterClient(zookeeper, retries=retries)
+        self._client = ClusterClient(zookeeper, retries=retries, retry_timeout_s=delivery_timeout_s)
         self.producer_id = secrets.randbits(62)
         self._sequences: dict[tuple[str, int], int] = {}
         self._streams: dict[tuple[str, int], _PartitionStream] = {}
