@@ -12,4 +12,5 @@ SCENARIOS: dict[str, Callable[..., dict[str, Any]]] = {
     "produce": broker_scenarios.produce,
     "consume": broker_scenarios.consume,
     "latency": broker_scenarios.latency,
+    "failover": broker_scenarios.failover,
 }

@@ -29,9 +29,15 @@ def _cluster_and_topic(tmp: str, partitions: int, replication_factor: int, broke
 
 
 def _produce_columnar(producer: Producer, batch: pa.RecordBatch, batches: int, partitions: int) -> float:
+    """``send_batch`` tables of one batch per partition (the producer spreads the batches of an
+    unkeyed table over the partitions and sends them in parallel)."""
+    table = pa.Table.from_batches([batch] * partitions)
+    calls, rest = divmod(batches, partitions)
     start = time.perf_counter()
-    for i in range(batches):
-        producer.send_batch(TOPIC, batch, partition=i % partitions)
+    for _ in range(calls):
+        producer.send_batch(TOPIC, table)
+    if rest:
+        producer.send_batch(TOPIC, pa.Table.from_batches([batch] * rest))
     return time.perf_counter() - start
 
 
@@ -184,3 +190,47 @@ def latency(
         "p99_ms": round(float(np.percentile(all_ms, 99)), 3),
         "max_ms": round(float(np.max(all_ms)), 3),
     }
+
+
+def failover(repeat: int = 3, partitions: int = 3, value_bytes: int = 100, **_: Any) -> dict[str, Any]:
+    """RF=3 on 3 brokers, min ISR 2, acks=all: ``kill -9`` the leader of partition 0 and time until an
+    acks=all produce to that partition succeeds again; then restart the broker, let it rejoin and
+    take its preferred leadership back, and repeat."""
+    times = []
+    value = b"x" * value_bytes
+    with tempfile.TemporaryDirectory(prefix="sparklog-bench-") as tmp:
+        cluster = _cluster_and_topic(tmp, partitions, 3, 3)
+        try:
+            with Producer(cluster.zookeeper, acks="all", linger_ms=0) as producer, Admin(cluster.zookeeper) as admin:
+                for _ in range(repeat):
+                    _wait_for_full_isr(admin, partitions)
+                    producer.send(TOPIC, value, partition=0).result(30)
+                    leader = admin.describe_topic(TOPIC)["partitions"][0]["leader"]
+                    start = time.perf_counter()
+                    cluster.brokers[leader].kill()
+                    producer.send(TOPIC, value, partition=0).result(60)
+                    times.append(time.perf_counter() - start)
+                    cluster.restart(leader)
+        finally:
+            cluster.stop()
+    return {
+        "scenario": "failover",
+        "repeat": repeat,
+        "partitions": partitions,
+        "replication_factor": 3,
+        "acks": "all",
+        "zookeeper_session_timeout_s": 4.0,
+        "failover_s": round(statistics.median(times), 3),
+        "failover_max_s": round(max(times), 3),
+        "failover_all_s": [round(t, 3) for t in times],
+    }
+
+
+def _wait_for_full_isr(admin: Admin, partitions: int, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        described = admin.describe_topic(TOPIC)["partitions"]
+        if all(len(p["isr"]) == 3 and p["leader"] == p["replicas"][0] for p in described):
+            return
+        time.sleep(0.2)
+    raise TimeoutError("the replicas did not all get back in sync")

@@ -8,15 +8,15 @@ The commands live in ``sparklog.cli.<module>``: ``cluster`` (up, zookeeper, brok
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import os
 import sys
 from collections.abc import Callable, Sequence
 from typing import NoReturn
 
+from sparklog.cli.bench import add_bench
 from sparklog.cli.cluster import add_broker, add_up, add_zookeeper
-from sparklog.cli.common import DEFAULT_ZOOKEEPER, ZOOKEEPER_ENV, CliError, add_zookeeper_option
+from sparklog.cli.common import DEFAULT_ZOOKEEPER, ZOOKEEPER_ENV, CliError
 from sparklog.cli.consume import add_consume
 from sparklog.cli.groups import add_groups
 from sparklog.cli.produce import add_produce
@@ -34,43 +34,6 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"sparklog: error: {message} (see '{self.prog} --help')\n")
 
 
-def _add_bench(sub: argparse._SubParsersAction) -> None:
-    from sparklog.bench import SCENARIOS
-
-    p = sub.add_parser("bench", help="run a benchmark scenario and print its figures")
-    add_zookeeper_option(p)
-    p.add_argument("scenario", choices=sorted(SCENARIOS), help="what to measure")
-    p.add_argument("--records", type=int, default=10_000_000, help="records to write (default 10M)")
-    p.add_argument("--value-bytes", type=int, default=100, help="bytes per value (default 100)")
-    p.add_argument("--batch-records", type=int, default=10_000, help="records per batch (default 10k)")
-    p.add_argument("--compression", choices=["none", "lz4", "zstd"], default="none")
-    p.add_argument("--repeat", type=int, default=3, help="measured runs; medians are reported")
-    p.add_argument("--json", action="store_true", help="print one JSON object")
-    p.set_defaults(handler=_run_bench)
-
-
-def _run_bench(args: argparse.Namespace) -> int:
-    from sparklog.bench import SCENARIOS
-
-    for name in ("records", "value_bytes", "batch_records", "repeat"):
-        if getattr(args, name) <= 0:
-            raise CliError(f"--{name.replace('_', '-')} must be positive")
-    result = SCENARIOS[args.scenario](
-        records=args.records,
-        value_bytes=args.value_bytes,
-        batch_records=args.batch_records,
-        compression=args.compression,
-        repeat=args.repeat,
-    )
-    if args.json:
-        print(json.dumps(result))
-    else:
-        width = max(len(k) for k in result)
-        for key, value in result.items():
-            print(f"{key:<{width}}  {value}")
-    return 0
-
-
 COMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [
     add_up,
     add_zookeeper,
@@ -79,7 +42,7 @@ COMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [
     add_produce,
     add_consume,
     add_groups,
-    _add_bench,
+    add_bench,
 ]
 
 

@@ -129,7 +129,7 @@ class ClusterClient:
                 self._forget_leader(topic, partition)
             refresh = True
             time.sleep(backoff)
-            backoff = min(backoff * 2, 0.5)
+            backoff = min(backoff * 2, 0.25)
 
     def _forget_leader(self, topic: str, partition: int) -> None:
         broker_id = self._leaders.get((topic, partition))

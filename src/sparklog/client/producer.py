@@ -7,6 +7,7 @@ partition has one open Flight ``do_put`` stream to its leader, acknowledged batc
 
 from __future__ import annotations
 
+import concurrent.futures
 import itertools
 import secrets
 import threading
@@ -107,6 +108,7 @@ class _PartitionStream:
         descriptor = flight.FlightDescriptor.for_command(wire.encode(command))
         self.broker = broker
         self.acks = acks
+        self.producer_id = producer_id
         self.writer, self.reader = client.do_put(descriptor, wire_schema())
 
     def send(self, batch: pa.RecordBatch, sequence: int) -> tuple[int, int]:
@@ -135,9 +137,10 @@ class Producer:
     A batch is retried (new leader, broker back, enough replicas again) for up to
     ``delivery_timeout_s`` before its error is raised.
 
-    The producer is idempotent: it has a random producer id and numbers the records it sends to
-    each partition, so when it retries a batch after a lost acknowledgement or a leader change the
-    leader recognises the batch and does not append it twice.
+    The producer is idempotent: it numbers the records it sends to each partition under a random
+    producer id, so when it retries a batch after a lost acknowledgement or a leader change the
+    leader recognises the batch and does not append it twice. Rows for several partitions (a
+    large ``send_batch`` table, or a flush of ``send()`` records) go to their leaders in parallel.
     """
 
     def __init__(
@@ -158,13 +161,13 @@ class Producer:
         self.batch_records = batch_records
         self.batch_bytes = batch_bytes
         self._client = ClusterClient(zookeeper, retries=retries, retry_timeout_s=delivery_timeout_s)
-        self.producer_id = secrets.randbits(62)
-        self._sequences: dict[tuple[str, int], int] = {}
+        self._sequences: dict[tuple[str, int], tuple[int, int]] = {}  # partition -> (producer id, next seq)
+        self._partition_locks: dict[tuple[str, int], threading.Lock] = {}
+        self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=8, thread_name_prefix="sparklog-send")
         self._streams: dict[tuple[str, int], _PartitionStream] = {}
         self._pending: dict[str, _Accumulator] = {}
         self._sticky = itertools.count()
         self._lock = threading.Condition(threading.Lock())
-        self._send_lock = threading.Lock()
         self._closed = False
         self._sender = threading.Thread(target=self._run_sender, name="sparklog-producer", daemon=True)
         self._sender.start()
@@ -270,7 +273,8 @@ class Producer:
         return out
 
     def _send_table(self, topic: str, table: pa.Table, explicit: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Partition the rows, send each partition's rows, return (partition, offset) per row."""
+        """Partition the rows, send each partition's rows (partitions in parallel), return
+        (partition, offset) per row."""
         meta = self._client.topic(topic)
         n = meta.partitions
         parts = explicit.copy()
@@ -285,12 +289,20 @@ class Producer:
                 keyed = free & ~np.asarray(keys.is_null().to_numpy(zero_copy_only=False))
                 parts[keyed] = hashed[keyed]
                 free &= ~keyed
-            parts[free] = next(self._sticky) % n  # sticky: unkeyed records of one flush go together
+            # sticky: unkeyed records go to one partition a batch at a time, the next batch to the next
+            chunk = np.cumsum(free) // self.batch_records
+            parts[free] = (next(self._sticky) + chunk[free]) % n
         offsets = np.full(len(parts), -1, dtype=np.int64)
-        for p in np.unique(parts):
+        targets = [int(p) for p in np.unique(parts)]
+
+        def send(p: int) -> tuple[np.ndarray, np.ndarray]:
             rows = np.nonzero(parts == p)[0]
             subset = table.take(pa.array(rows)) if len(rows) != len(parts) else table
-            offsets[rows] = self._send_to_partition(topic, int(p), subset)
+            return rows, self._send_to_partition(topic, p, subset)
+
+        results = [send(targets[0])] if len(targets) == 1 else list(self._pool.map(send, targets))
+        for rows, got in results:
+            offsets[rows] = got
         return parts, offsets
 
     def _send_to_partition(self, topic: str, partition: int, table: pa.Table) -> np.ndarray:
@@ -304,37 +316,37 @@ class Producer:
         return offsets
 
     def _send_one(self, topic: str, partition: int, batch: pa.RecordBatch) -> tuple[int, int]:
+        """Send one batch to a partition's leader (retrying, idempotently) and wait for its ack.
+
+        Each partition has its own producer id and sequence: a retried batch keeps its sequence, so
+        the leader drops it if it already has it."""
         key = (topic, partition)
+        with self._partition_locks.setdefault(key, threading.Lock()):
+            producer_id, sequence = self._sequences.get(key) or (secrets.randbits(62), 0)
 
-        def attempt(client: flight.FlightClient, broker: BrokerInfo) -> tuple[int, int]:
-            stream = self._streams.get(key)
-            if stream is not None and stream.broker != broker:
-                stream.close()
-                stream = None
-            if stream is None:
-                stream = _PartitionStream(client, broker, topic, partition, self.acks, self.producer_id)
-                self._streams[key] = stream
-            try:
-                return stream.send(batch, sequence)
-            except BaseException:
-                self._streams.pop(key, None)
-                stream.close()
-                raise
+            def attempt(client: flight.FlightClient, broker: BrokerInfo) -> tuple[int, int]:
+                stream = self._streams.get(key)
+                if stream is not None and (stream.broker != broker or stream.producer_id != producer_id):
+                    stream.close()
+                    stream = None
+                if stream is None:
+                    stream = _PartitionStream(client, broker, topic, partition, self.acks, producer_id)
+                    self._streams[key] = stream
+                try:
+                    return stream.send(batch, sequence)
+                except BaseException:
+                    self._streams.pop(key, None)
+                    stream.close()
+                    raise
 
-        with self._send_lock:
-            sequence = self._sequences.get(key, 0)
             try:
                 result = self._client.call_leader(topic, partition, attempt)
             except BaseException:
-                # the batch's fate is unknown: continue under a new producer id so that the next
-                # batches are not refused as out of sequence
-                self.producer_id = secrets.randbits(62)
-                self._sequences.clear()
-                for stream in self._streams.values():
-                    stream.close()
-                self._streams.clear()
+                # the batch's fate is unknown: the next batches go under a new producer id, so
+                # that they are not refused as out of sequence
+                self._sequences.pop(key, None)
                 raise
-            self._sequences[key] = sequence + batch.num_rows
+            self._sequences[key] = (producer_id, sequence + batch.num_rows)
             return result
 
     # ----------------------------------------------------------------- lifecycle
@@ -356,6 +368,7 @@ class Producer:
             self._closed = True
             self._lock.notify()
         self._sender.join()
+        self._pool.shutdown(wait=True)
         for stream in self._streams.values():
             stream.close()
         self._streams.clear()

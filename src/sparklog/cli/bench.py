@@ -1,0 +1,58 @@
+"""``sparklog bench SCENARIO [--json]``: run a benchmark scenario (``sparklog.bench``) and print it."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from sparklog.cli.common import CliError, add_zookeeper_option
+
+# option name -> (type, help); only options given on the command line reach the scenario, so each
+# scenario keeps its own defaults (see sparklog/bench/)
+OPTIONS: dict[str, tuple[type, str]] = {
+    "records": (int, "records to write (default 10M)"),
+    "value-bytes": (int, "bytes per value (default 100)"),
+    "batch-records": (int, "records per batch (default 10k)"),
+    "repeat": (int, "measured runs; medians are reported"),
+    "partitions": (int, "partitions of the benchmark topic (default 6)"),
+    "replication-factor": (int, "replicas per partition (brokers started to match)"),
+    "brokers": (int, "brokers to start"),
+    "send-records": (int, "records for the per-record send() part of 'produce'"),
+    "rate": (int, "records/s for 'latency'"),
+    "seconds": (float, "duration of 'latency'"),
+}
+
+
+def add_bench(sub: argparse._SubParsersAction) -> None:
+    from sparklog.bench import SCENARIOS
+
+    p = sub.add_parser("bench", help="run a benchmark scenario and print its figures")
+    add_zookeeper_option(p)  # accepted like everywhere; scenarios start their own local cluster
+    p.add_argument("scenario", choices=sorted(SCENARIOS), help="what to measure")
+    for name, (type_, help_) in OPTIONS.items():
+        p.add_argument(f"--{name}", type=type_, default=None, help=help_)
+    p.add_argument("--compression", choices=["none", "lz4", "zstd"], default=None)
+    p.add_argument("--acks", choices=["0", "1", "all"], default=None)
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.set_defaults(handler=run_bench)
+
+
+def run_bench(args: argparse.Namespace) -> int:
+    from sparklog.bench import SCENARIOS
+
+    options = {}
+    for name in [*OPTIONS, "compression", "acks"]:
+        value = getattr(args, name.replace("-", "_"))
+        if value is None:
+            continue
+        if isinstance(value, int | float) and value <= 0:
+            raise CliError(f"--{name} must be positive")
+        options[name.replace("-", "_")] = value
+    result = SCENARIOS[args.scenario](**options)
+    if args.json:
+        print(json.dumps(result))
+    else:
+        width = max(len(k) for k in result)
+        for key, value in result.items():
+            print(f"{key:<{width}}  {value}")
+    return 0
