@@ -66,6 +66,7 @@ class Broker:
         self.topics: dict[str, TopicMetadata] = {}
         self.partitions: dict[TopicPartition, Partition] = {}
         self.fetchers: dict[TopicPartition, ReplicaFetcher] = {}
+        self._watched: set[TopicPartition] = set()  # partitions whose state znode is watched
         self.live_brokers: dict[int, BrokerInfo] = {}
         self.cluster: ClusterMetadata | None = None
         self.server: BrokerServer | None = None
@@ -212,6 +213,7 @@ class Broker:
         for gone in set(self.topics) - set(children):
             self.topics.pop(gone, None)
             with self._lock:
+                self._watched = {k for k in self._watched if k[0] != gone}
                 for key in [k for k in self.partitions if k[0] == gone]:
                     fetcher = self.fetchers.pop(key, None)
                     if fetcher is not None:
@@ -233,12 +235,17 @@ class Broker:
                 meta = cluster.topic(name)
             except UnknownTopic:
                 return False
-            first = name not in self.topics
             self.topics[name] = meta
-            if first:
-                for p, replicas in enumerate(meta.replicas):
-                    if self.broker_id in replicas:
+            for p, replicas in enumerate(meta.replicas):
+                key = (name, p)
+                if self.broker_id in replicas:
+                    if key not in self._watched:
+                        self._watched.add(key)
                         self._watch_state(name, p)
+                    elif key in self.partitions:
+                        self.partitions[key].replicas = list(replicas)
+                elif key in self._watched:
+                    self._drop_replica(name, p)  # moved away from this broker
             return None
 
         DataWatch(cluster.zk, cluster.layout.topic(name), on_topic)
@@ -247,17 +254,30 @@ class Broker:
         assert self.cluster is not None
 
         def on_state(data: bytes | None, stat: Any) -> bool | None:
-            if data is None or self._stopped.is_set():
+            if data is None or self._stopped.is_set() or (topic, partition) not in self._watched:
                 return False
             self._apply_state(topic, partition, PartitionState.from_json(data), stat.version)
             return None
 
         DataWatch(self.cluster.zk, self.cluster.layout.partition_state(topic, partition), on_state)
 
+    def _drop_replica(self, topic: str, p: int) -> None:
+        """This broker no longer holds a replica of the partition: stop following, delete it."""
+        with self._lock:
+            self._watched.discard((topic, p))
+            fetcher = self.fetchers.pop((topic, p), None)
+            if fetcher is not None:
+                fetcher.stop()
+            self.partitions.pop((topic, p), None)
+        self.logs.delete_partition(topic, p)
+        log.info("%s-%s moved away from broker %s: local replica deleted", topic, p, self.broker_id)
+
     def _apply_state(self, topic: str, p: int, state: PartitionState, version: int) -> None:
         """Take the leader or follower role a partition state gives this broker."""
         with self._lock:
             if self._stopped.is_set():
+                return
+            if self.broker_id not in self.topics[topic].replicas[p]:
                 return
             partition = self._partition(topic, p)
             if version < partition.state_version:

@@ -100,6 +100,8 @@ class Controller:
         self.active = True
         ChildrenWatch(cluster.zk, cluster.layout.broker_ids, lambda _c: self._wake.set())
         ChildrenWatch(cluster.zk, cluster.layout.topics, lambda _c: self._wake.set())
+        cluster.zk.ensure_path(cluster.layout.reassignments)
+        ChildrenWatch(cluster.zk, cluster.layout.reassignments, lambda _c: self._wake.set())
 
     def _run(self) -> None:
         while not self._stopped.is_set():
@@ -118,8 +120,11 @@ class Controller:
                 self._wake.set()
 
     def reconcile(self) -> None:
-        """One pass over every partition: elect, shrink, or restore preferred leaders as needed."""
+        """One pass over every partition: move reassigned replicas, elect, shrink, or restore
+        preferred leaders as needed."""
         cluster = self._cluster
+        for topic in cluster.zk.get_children(cluster.layout.reassignments):
+            self._advance_reassignment(topic)
         live = set(cluster.brokers())
         for topic in cluster.topics():
             try:
@@ -142,3 +147,56 @@ class Controller:
                     log.info("controller: %s-%s %s -> %s", topic, p, state, wanted)
                 except BadVersionError:
                     self._wake.set()  # someone changed it meanwhile: look again
+
+    def _advance_reassignment(self, topic: str) -> None:
+        """Move a topic's partitions towards their requested replicas, one safe step per round:
+        first add the new replicas (they start following and catching up), then, once every new
+        replica is in sync, drop the old ones (leadership moves to a new replica if needed)."""
+        cluster = self._cluster
+        targets = cluster.pending_reassignment(topic)
+        if targets is None:
+            return
+        try:
+            data, stat = cluster.zk.get(cluster.layout.topic(topic))
+        except NoNodeError:
+            cluster.zk.delete(cluster.layout.reassignment(topic))
+            return
+        replicas = [list(map(int, r)) for r in json.loads(data)["replicas"]]
+        done = []
+        changed = False
+        for p, target in targets.items():
+            current = replicas[p]
+            if current == target:
+                done.append(p)
+                continue
+            if not all(b in current for b in target):
+                replicas[p] = current + [b for b in target if b not in current]
+                changed = True
+                continue
+            path = cluster.layout.partition_state(topic, p)
+            state_data, state_stat = cluster.zk.get(path)
+            state = PartitionState.from_json(state_data)
+            if not all(b in state.isr for b in target):
+                continue  # new replicas still catching up
+            isr = [b for b in state.isr if b in target]
+            if state.leader in target:
+                new_state = PartitionState(state.leader, state.leader_epoch, isr)
+            else:
+                new_state = PartitionState(target[0], state.leader_epoch + 1, isr)
+            try:
+                cluster.zk.set(path, new_state.to_json(), version=state_stat.version)
+            except BadVersionError:
+                self._wake.set()
+                continue
+            replicas[p] = list(target)
+            changed = True
+            log.info("controller: %s-%s moved to replicas %s (%s)", topic, p, target, new_state)
+        if changed:
+            try:
+                cluster.set_topic_replicas(topic, replicas, stat.version)
+            except BadVersionError:
+                self._wake.set()
+                return
+        if done and len(done) == len(targets):
+            cluster.zk.delete(cluster.layout.reassignment(topic))
+            log.info("controller: reassignment of %s finished", topic)

@@ -51,6 +51,14 @@ class LogManager:
                 if suffix.isdigit():
                     shutil.rmtree(path, ignore_errors=True)
 
+    def delete_partition(self, topic: str, partition: int) -> None:
+        """Close and remove one local partition."""
+        with self._lock:
+            log = self._logs.pop((topic, partition), None)
+        if log is not None:
+            log.close()
+        shutil.rmtree(self.directory(topic, partition), ignore_errors=True)
+
     def maintain(self) -> None:
         """One pass of retention, compaction and time-based flushing over the open logs."""
         for log in list(self._logs.values()):

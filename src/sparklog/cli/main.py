@@ -19,6 +19,7 @@ from sparklog.cli.cluster import add_broker, add_up, add_zookeeper
 from sparklog.cli.common import DEFAULT_ZOOKEEPER, ZOOKEEPER_ENV, CliError
 from sparklog.cli.consume import add_consume
 from sparklog.cli.groups import add_groups
+from sparklog.cli.partitions import add_partitions
 from sparklog.cli.produce import add_produce
 from sparklog.cli.topics import add_topics
 from sparklog.errors import SparklogError
@@ -42,6 +43,7 @@ COMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [
     add_produce,
     add_consume,
     add_groups,
+    add_partitions,
     add_bench,
 ]
 

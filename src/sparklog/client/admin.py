@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -51,6 +52,20 @@ class Admin:
                 entry.update(log_start_offset=None, log_end_offset=None, error=str(exc).splitlines()[0])
             partitions.append(entry)
         return {"topic": name, "partitions": partitions, "configs": meta.configs}
+
+    def reassign_partitions(
+        self, topic: str, targets: Mapping[int, list[int]], wait: bool = False, timeout_s: float = 300.0
+    ) -> dict[int, list[int]]:
+        """Move partitions onto new replicas while producers and consumers keep running; with
+        ``wait``, return once the controller has finished (the new replicas are in sync and the old
+        ones gone). Returns the topic's replica assignment."""
+        self.cluster.request_reassignment(topic, targets)
+        deadline = time.monotonic() + timeout_s
+        while wait and self.cluster.pending_reassignment(topic) is not None:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"the reassignment of {topic!r} did not finish in {timeout_s:.0f} s")
+            time.sleep(0.2)
+        return dict(enumerate(self.cluster.topic(topic).replicas))
 
     def list_groups(self) -> list[str]:
         return self.cluster.groups()

@@ -208,6 +208,44 @@ class ClusterMetadata:
         self.zk.set(self.layout.topic(name), json.dumps(raw).encode(), version=stat.version)
         return TopicMetadata(name, meta.replicas, merged)
 
+    def set_topic_replicas(self, name: str, replicas: list[list[int]], version: int) -> None:
+        """Replace a topic's replica assignment (compare-and-set on the topic znode's ``version``)."""
+        data, _ = self.zk.get(self.layout.topic(name))
+        raw = json.loads(data)
+        raw["replicas"] = replicas
+        self.zk.set(self.layout.topic(name), json.dumps(raw).encode(), version=version)
+
+    def request_reassignment(self, name: str, targets: Mapping[int, list[int]]) -> None:
+        """Ask the controller to move partitions of ``name`` onto the given replicas (it adds the new
+        replicas, waits until they are in sync, then drops the old ones and moves leadership)."""
+        meta = self.topic(name)
+        live = self.brokers()
+        for p, replicas in targets.items():
+            if not 0 <= p < meta.partitions:
+                raise InvalidRequest(f"topic {name!r} has no partition {p}")
+            if not replicas or len(set(replicas)) != len(replicas):
+                raise InvalidRequest(f"partition {p}: replicas must be distinct broker ids, got {replicas}")
+            missing = [b for b in replicas if b not in live]
+            if missing:
+                raise InvalidRequest(f"partition {p}: brokers {missing} are not live")
+            if len(replicas) < meta.config.min_insync_replicas:
+                raise InvalidRequest(
+                    f"partition {p}: {len(replicas)} replicas are fewer than min.insync.replicas="
+                    f"{meta.config.min_insync_replicas}"
+                )
+        body = json.dumps({"partitions": {str(p): list(r) for p, r in targets.items()}}).encode()
+        try:
+            self.zk.create(self.layout.reassignment(name), body, makepath=True)
+        except NodeExistsError:
+            raise InvalidRequest(f"a reassignment of topic {name!r} is already in progress") from None
+
+    def pending_reassignment(self, name: str) -> dict[int, list[int]] | None:
+        try:
+            data, _ = self.zk.get(self.layout.reassignment(name))
+        except NoNodeError:
+            return None
+        return {int(p): list(r) for p, r in json.loads(data)["partitions"].items()}
+
     def partition_state(self, topic: str, partition: int) -> PartitionState:
         try:
             data, _ = self.zk.get(self.layout.partition_state(topic, partition))

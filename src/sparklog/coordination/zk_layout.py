@@ -8,6 +8,7 @@
 <root>/consumers/<group>/offsets/<topic>/<partition>     committed offset, decimal text
 <root>/consumers/<group>/members/<member>                ephemeral: a live member of the group
 <root>/schemas/<topic>/<version>                         Avro schema JSON of a typed topic
+<root>/admin/reassign/<topic>                            {"partitions": {"<p>": [ids]}}: a pending move
 ```
 """
 
@@ -72,6 +73,13 @@ class ZkLayout:
 
     def group_members(self, group: str) -> str:
         return f"{self.consumers}/{group}/members"
+
+    @property
+    def reassignments(self) -> str:
+        return f"{self.root}/admin/reassign"
+
+    def reassignment(self, topic: str) -> str:
+        return f"{self.reassignments}/{topic}"
 
     def schemas(self, topic: str) -> str:
         return f"{self.root}/schemas/{topic}"
