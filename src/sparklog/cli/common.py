@@ -13,6 +13,11 @@ DEFAULT_ZOOKEEPER = "127.0.0.1:2181"
 ZOOKEEPER_ENV = "SPARKLOG_ZOOKEEPER"
 
 
+# how long a command rides out a leader failover before it reports the error (a failover takes
+# about a ZooKeeper session timeout, 4 s, plus an election)
+CLI_RETRY_TIMEOUT_S = 10.0
+
+
 class CliError(Exception):
     """A user error detected by the CLI itself (bad option combination, missing file, ...)."""
 

@@ -10,7 +10,7 @@ import sys
 import time
 from typing import Any
 
-from sparklog.cli.common import CliError, add_zookeeper_option, cluster_metadata, parse_time
+from sparklog.cli.common import CLI_RETRY_TIMEOUT_S, CliError, add_zookeeper_option, cluster_metadata, parse_time
 
 # With a group, committed offsets are written at most this often while records flow (and at exit).
 COMMIT_INTERVAL_S = 1.0
@@ -175,6 +175,7 @@ def run_consume(args: argparse.Namespace) -> int:
             zookeeper=args.zookeeper,
             auto_offset_reset="earliest" if args.from_beginning else "latest",
             partitions=None if args.partition is None else [args.partition],
+            retry_timeout_s=CLI_RETRY_TIMEOUT_S,
         )
         if args.offset == "earliest":
             consumer.seek_to_beginning()

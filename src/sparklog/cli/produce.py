@@ -7,7 +7,7 @@ import collections
 import sys
 from typing import BinaryIO
 
-from sparklog.cli.common import CliError, add_zookeeper_option, cluster_metadata
+from sparklog.cli.common import CLI_RETRY_TIMEOUT_S, CliError, add_zookeeper_option, cluster_metadata
 
 # How many sends between two checks of the acknowledgements so far (a failure stops reading early).
 _CHECK_EVERY = 1000
@@ -55,7 +55,7 @@ def run_produce(args: argparse.Namespace) -> int:
     if args.partition is not None and args.partition >= partitions:
         raise CliError(f"topic {args.topic!r} has {partitions} partition(s); partition {args.partition} does not exist")
 
-    producer = Producer(zookeeper=args.zookeeper, acks=args.acks)
+    producer = Producer(zookeeper=args.zookeeper, acks=args.acks, delivery_timeout_s=CLI_RETRY_TIMEOUT_S)
     pending: collections.deque = collections.deque()
     sent = 0
     try:

@@ -42,6 +42,8 @@ class Consumer:
 
     ``session_timeout_s`` is the ZooKeeper session: a member that dies is noticed (and its
     partitions reassigned) after about that long (ZooKeeper enforces at least 2 ticks, 4 s by default).
+    A fetch that fails with a retriable error (leader moved, broker down) is retried for up to
+    ``retry_timeout_s``.
     """
 
     def __init__(
@@ -54,6 +56,7 @@ class Consumer:
         max_bytes: int = 8 << 20,
         max_wait_ms: int = 500,
         session_timeout_s: float = 10.0,
+        retry_timeout_s: float = 30.0,
     ) -> None:
         if auto_offset_reset not in RESETS:
             raise InvalidRequest(f"auto_offset_reset must be one of {', '.join(RESETS)}, got {auto_offset_reset!r}")
@@ -64,7 +67,7 @@ class Consumer:
         self.auto_offset_reset = auto_offset_reset
         self.max_bytes = max_bytes
         self.max_wait_ms = max_wait_ms
-        self._client = ClusterClient(zookeeper, session_timeout_s=session_timeout_s)
+        self._client = ClusterClient(zookeeper, session_timeout_s=session_timeout_s, retry_timeout_s=retry_timeout_s)
         self._positions: dict[TopicPartition, int] = {}
         self._assigned: list[TopicPartition] = []
         self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=32, thread_name_prefix="sparklog-fetch")
