@@ -1,71 +1,120 @@
 """A local cluster on loopback: an embedded ZooKeeper (unless one is given) and N broker processes.
 
-Used by benchmarks, the demo and tests; ``sparklog up`` runs the same thing in the foreground.
+What ``sparklog up`` runs in the foreground, and what benchmarks, the demo and tests start.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import IO
 
 from sparklog.coordination.cluster import ClusterMetadata
-from sparklog.coordination.ports import free_port
+from sparklog.coordination.ports import free_port, port_is_open
 from sparklog.coordination.zookeeper_server import EmbeddedZooKeeper
 from sparklog.errors import BrokerNotAvailable
 
+BROKER_START_TIMEOUT_S = 60.0
+BROKER_STOP_TIMEOUT_S = 15.0
+
+
+def _die_with_parent() -> None:
+    """In a broker child (Linux): get SIGTERM if the process that started it dies without stopping it."""
+    with contextlib.suppress(Exception):  # not Linux: the brokers outlive a killed parent
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
 
 class BrokerProcess:
-    """One ``python -m sparklog.broker`` subprocess, restartable on the same port and data dir."""
+    """One ``python -m sparklog.broker`` subprocess, restartable on the same port and data dir.
+    Its output goes to ``log_path`` (default: ``broker.log`` in its data dir)."""
 
-    def __init__(self, broker_id: int, port: int, data_dir: Path, zookeeper: str) -> None:
+    def __init__(self, broker_id: int, port: int, data_dir: Path, zookeeper: str, log_path: Path | None = None) -> None:
         self.broker_id = broker_id
         self.port = port
         self.data_dir = data_dir
         self.zookeeper = zookeeper
+        self.log_path = log_path or data_dir / "broker.log"
         self.process: subprocess.Popen[bytes] | None = None
+        self._log: IO[bytes] | None = None
 
     def start(self) -> None:
         self.data_dir.mkdir(parents=True, exist_ok=True)
-        log = open(self.data_dir / "broker.log", "ab")  # noqa: SIM115 - the child owns it
         command = [sys.executable, "-m", "sparklog.broker", "--id", str(self.broker_id), "--port", str(self.port)]
         command += ["--data-dir", str(self.data_dir), "--zookeeper", self.zookeeper]
-        self.process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-        log.close()
+        self._log = open(self.log_path, "ab")  # noqa: SIM115 - kept open while the broker runs
+        self._log.write(f"\n=== starting {' '.join(command)}\n".encode())
+        self._log.flush()
+        self.process = subprocess.Popen(
+            command,
+            stdin=subprocess.DEVNULL,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # a Ctrl-C reaches the parent only; it stops the brokers in order
+            preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None,
+        )
 
     def alive(self) -> bool:
         return self.process is not None and self.process.poll() is None
 
-    def stop(self, timeout: float = 20.0) -> None:
-        """SIGTERM (clean shutdown), then SIGKILL if it does not exit in time."""
+    def exited(self) -> int | None:
+        """The exit code, or None while running (or never started)."""
+        return None if self.process is None else self.process.poll()
+
+    def terminate(self) -> None:
+        """SIGTERM (a clean shutdown), without waiting."""
         if self.alive():
             assert self.process is not None
-            self.process.send_signal(signal.SIGTERM)
+            with contextlib.suppress(ProcessLookupError):
+                self.process.send_signal(signal.SIGTERM)
+
+    def stop(self, timeout: float = BROKER_STOP_TIMEOUT_S) -> int | None:
+        """SIGTERM, then SIGKILL if it does not exit in time; returns the exit code."""
+        self.terminate()
+        code = None
+        if self.process is not None:
             try:
-                self.process.wait(timeout)
+                code = self.process.wait(timeout)
             except subprocess.TimeoutExpired:
                 self.kill()
+                code = None
+        self._close_log()
         self.process = None
+        return code
 
     def kill(self) -> None:
         """``kill -9``: no flush, no clean shutdown."""
         if self.process is not None:
             if self.process.poll() is None:
-                self.process.kill()
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(self.process.pid, signal.SIGKILL)
             self.process.wait()
+        self._close_log()
         self.process = None
 
+    def _close_log(self) -> None:
+        if self._log is not None:
+            self._log.close()
+            self._log = None
+
     def log_tail(self, lines: int = 20) -> str:
-        path = self.data_dir / "broker.log"
-        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:]) if path.exists() else ""
+        try:
+            text = self.log_path.read_text(errors="replace").strip().splitlines()
+        except OSError:
+            return ""
+        return "\n".join(text[-lines:])
 
 
 class LocalCluster:
     """Start with ``with LocalCluster(dir, brokers=3) as cluster: ...``; ``cluster.zookeeper`` is
-    the connect string for clients."""
+    the connect string for clients. Broker ``i`` keeps its data in ``<dir>/broker-<i>``."""
 
     def __init__(
         self,
@@ -74,6 +123,7 @@ class LocalCluster:
         zookeeper: str | None = None,
         zookeeper_port: int | None = None,
         broker_ports: list[int] | None = None,
+        log_dir: Path | None = None,
     ) -> None:
         self.data_dir = Path(data_dir)
         self.embedded: EmbeddedZooKeeper | None = None
@@ -83,10 +133,17 @@ class LocalCluster:
         self.zookeeper = zookeeper
         ports = broker_ports or [free_port() for _ in range(brokers)]
         self.brokers = {
-            i + 1: BrokerProcess(i + 1, ports[i], self.data_dir / f"broker-{i + 1}", zookeeper) for i in range(brokers)
+            i + 1: BrokerProcess(
+                i + 1,
+                ports[i],
+                self.data_dir / f"broker-{i + 1}",
+                zookeeper,
+                log_dir / f"broker-{i + 1}.log" if log_dir else None,
+            )
+            for i in range(brokers)
         }
 
-    def start(self, timeout: float = 60.0) -> LocalCluster:
+    def start(self, timeout: float = BROKER_START_TIMEOUT_S) -> LocalCluster:
         try:
             if self.embedded is not None:
                 self.embedded.start()
@@ -98,17 +155,25 @@ class LocalCluster:
             raise
         return self
 
-    def wait_for_brokers(self, ids: list[int], timeout: float = 60.0) -> None:
-        """Until every broker in ``ids`` is registered in ZooKeeper."""
+    def wait_for_brokers(self, ids: list[int], timeout: float = BROKER_START_TIMEOUT_S) -> None:
+        """Until every broker in ``ids`` is registered in ZooKeeper at its port and serves there (a
+        registration left by a crashed run lingers until its session expires)."""
         deadline = time.monotonic() + timeout
         with ClusterMetadata(self.zookeeper) as meta:
             while True:
                 live = meta.brokers()
-                if all(i in live for i in ids):
+                if all(
+                    i in live and live[i].port == self.brokers[i].port and port_is_open("127.0.0.1", live[i].port)
+                    for i in ids
+                ):
                     return
                 for i in ids:
-                    if not self.brokers[i].alive():
-                        raise BrokerNotAvailable(f"broker {i} exited:\n{self.brokers[i].log_tail()}")
+                    code = self.brokers[i].exited()
+                    if code is not None:
+                        raise BrokerNotAvailable(
+                            f"broker {i} exited with code {code} during start-up "
+                            f"(log {self.brokers[i].log_path}):\n{self.brokers[i].log_tail(5)}"
+                        )
                 if time.monotonic() > deadline:
                     raise BrokerNotAvailable(f"brokers {ids} did not register within {timeout:.0f} s")
                 time.sleep(0.05)
@@ -117,11 +182,25 @@ class LocalCluster:
         self.brokers[broker_id].start()
         self.wait_for_brokers([broker_id])
 
-    def stop(self) -> None:
+    def stop(self) -> list[str]:
+        """Stop every broker (SIGTERM all at once, SIGKILL what is still running after a while), then
+        ZooKeeper. Returns what went wrong, if anything."""
+        problems: list[str] = []
+        running = [b for b in self.brokers.values() if b.alive()]
+        for broker in running:
+            broker.terminate()
+        deadline = time.monotonic() + BROKER_STOP_TIMEOUT_S
+        for broker in running:
+            code = broker.stop(timeout=max(0.1, deadline - time.monotonic()))
+            if code is None:
+                problems.append(f"broker {broker.broker_id} did not stop within {BROKER_STOP_TIMEOUT_S:.0f} s")
+            elif code not in (0, -signal.SIGTERM):
+                problems.append(f"broker {broker.broker_id} exited with code {code} (log {broker.log_path})")
         for broker in self.brokers.values():
-            broker.stop()
+            broker.kill()  # anything left (a broker killed earlier and never restarted is a no-op)
         if self.embedded is not None:
             self.embedded.stop()
+        return problems
 
     def __enter__(self) -> LocalCluster:
         return self.start()
