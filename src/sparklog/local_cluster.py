@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 from typing import IO
 
+from sparklog.child_process import preexec
 from sparklog.coordination.cluster import ClusterMetadata
 from sparklog.coordination.ports import free_port, port_is_open
 from sparklog.coordination.zookeeper_server import EmbeddedZooKeeper
@@ -21,15 +22,6 @@ from sparklog.errors import BrokerNotAvailable
 
 BROKER_START_TIMEOUT_S = 60.0
 BROKER_STOP_TIMEOUT_S = 15.0
-
-
-def _die_with_parent() -> None:
-    """In a broker child (Linux): get SIGTERM if the process that started it dies without stopping it."""
-    with contextlib.suppress(Exception):  # not Linux: the brokers outlive a killed parent
-        import ctypes
-
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
 
 
 class BrokerProcess:
@@ -58,7 +50,7 @@ class BrokerProcess:
             stdout=self._log,
             stderr=subprocess.STDOUT,
             start_new_session=True,  # a Ctrl-C reaches the parent only; it stops the brokers in order
-            preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None,
+            preexec_fn=preexec(),
         )
 
     def alive(self) -> bool:

@@ -25,7 +25,8 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from types import TracebackType
 
-from sparklog.coordination.ports import port_is_open
+from sparklog.child_process import preexec
+from sparklog.coordination.ports import free_port, port_is_open
 
 __all__ = [
     "CLASSPATH_ENV",
@@ -205,7 +206,7 @@ class EmbeddedZooKeeper:
         ``jvm_options`` are appended to the default JVM options (small heap, serial GC).
         """
         self.data_dir = Path(data_dir).resolve()
-        self.port = int(port)
+        self.port = int(port) or free_port()  # 0: any free port
         self.host = host
         self.tick_time_ms = int(tick_time_ms)
         self.jvm_options = tuple(jvm_options)
@@ -279,6 +280,7 @@ class EmbeddedZooKeeper:
                 stderr=subprocess.STDOUT,
                 cwd=self.data_dir,
                 start_new_session=True,  # own process group: signals go to the JVM only
+                preexec_fn=preexec(),  # and it goes away with its parent, even after a kill -9
             )
         self._finalizer = weakref.finalize(self, _kill_at_exit, self._proc)
         try:
