@@ -167,7 +167,8 @@ class Producer:
         self._streams: dict[tuple[str, int], _PartitionStream] = {}
         self._pending: dict[str, _Accumulator] = {}
         self._sticky = itertools.count()
-        self._lock = threading.Condition(threading.Lock())
+        self._lock = threading.Lock()  # guards the accumulators (a plain lock: send() is the hot path)
+        self._wake = threading.Event()  # tells the sender thread to look at the accumulators
         self._closed = False
         self._sender = threading.Thread(target=self._run_sender, name="sparklog-producer", daemon=True)
         self._sender.start()
@@ -187,35 +188,38 @@ class Producer:
             raise InvalidRequest("the producer is closed")
         if partition is not None and partition < 0:
             raise InvalidRequest(f"partition must be >= 0, got {partition}")
+        if timestamp is None:
+            timestamp = time_ns() // 1_000_000
         with self._lock:
             acc = self._pending.get(topic)
             if acc is None:
                 acc = self._pending[topic] = _Accumulator(topic)
             rows = acc.rows
-            rows.append((value, key, headers, partition, time_ns() // 1_000_000 if timestamp is None else timestamp))
+            rows.append((value, key, headers, partition, timestamp))
+            n = len(rows)
             if value:
                 acc.bytes += len(value)
-            if len(rows) >= self.batch_records or acc.bytes >= self.batch_bytes or not self.linger_s:
-                self._lock.notify()
-            return ProduceFuture(acc.flush, len(rows) - 1)
+            full = n >= self.batch_records or acc.bytes >= self.batch_bytes
+        if n == 1 or full or not self.linger_s:  # a new group starts its linger, or must leave now
+            self._wake.set()
+        return ProduceFuture(acc.flush, n - 1)
 
     def _run_sender(self) -> None:
         while True:
             with self._lock:
-                while not self._closed and not self._due():
-                    self._lock.wait(self.linger_s or None)
                 ready = self._take(all_=self._closed)
-                if self._closed and not ready:
-                    return
+                oldest = min((a.since for a in self._pending.values()), default=None)
+                closed = self._closed
             for acc in ready:
                 self._send_accumulated(acc)
-
-    def _due(self) -> bool:
-        now = time.monotonic()
-        return any(
-            len(a.rows) >= self.batch_records or a.bytes >= self.batch_bytes or now - a.since >= self.linger_s
-            for a in self._pending.values()
-        )
+            if closed and not ready:
+                return
+            if ready:
+                continue
+            # sleep until the oldest group's linger is over, or until send()/flush()/close() wakes us
+            timeout = None if oldest is None else max(0.0, oldest + self.linger_s - time.monotonic())
+            self._wake.wait(timeout)
+            self._wake.clear()
 
     def _take(self, all_: bool) -> list[_Accumulator]:
         now = time.monotonic()
@@ -356,7 +360,7 @@ class Producer:
             waiting = [a.flush for a in self._pending.values()]
             for acc in self._pending.values():
                 acc.since = -1e18  # due now
-            self._lock.notify()
+        self._wake.set()
         for flush in waiting:
             flush.done.wait(timeout)
 
@@ -366,7 +370,7 @@ class Producer:
         self.flush()
         with self._lock:
             self._closed = True
-            self._lock.notify()
+        self._wake.set()
         self._sender.join()
         self._pool.shutdown(wait=True)
         for stream in self._streams.values():
