@@ -37,6 +37,23 @@ def record_schema(value_type: pa.DataType = pa.binary()) -> pa.Schema:
     )
 
 
+SCHEMA_VERSION_KEY = b"sparklog.schema_version"
+
+
+@functools.lru_cache(maxsize=256)
+def versioned_schema(value_type: pa.DataType = pa.binary(), version: int | None = None) -> pa.Schema:
+    """The stored schema of a topic's records, tagged with the value schema version of a typed topic
+    (so a segment file tells which version its values follow)."""
+    schema = record_schema(value_type)
+    return schema if version is None else schema.with_metadata({SCHEMA_VERSION_KEY: str(version).encode()})
+
+
+def schema_version(schema: pa.Schema) -> int | None:
+    """The value schema version a stored schema is tagged with (None for untyped topics)."""
+    raw = (schema.metadata or {}).get(SCHEMA_VERSION_KEY)
+    return int(raw) if raw is not None else None
+
+
 @functools.lru_cache(maxsize=64)
 def wire_schema(value_type: pa.DataType = pa.binary()) -> pa.Schema:
     """The stored schema without ``offset``: what producers send (offsets are the broker's job)."""

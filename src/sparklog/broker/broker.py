@@ -27,6 +27,8 @@ from sparklog.broker.replica_fetcher import ReplicaFetcher
 from sparklog.broker.server import BrokerServer
 from sparklog.coordination.cluster import BrokerInfo, ClusterMetadata, PartitionState, TopicMetadata
 from sparklog.errors import BrokerNotAvailable, InvalidRequest, NotLeader, UnknownTopic
+from sparklog.schemas.registry import SchemaRegistry
+from sparklog.schemas.value_schema import ValueSchema
 
 log = logging.getLogger(__name__)
 
@@ -67,6 +69,8 @@ class Broker:
         self.partitions: dict[TopicPartition, Partition] = {}
         self.fetchers: dict[TopicPartition, ReplicaFetcher] = {}
         self._watched: set[TopicPartition] = set()  # partitions whose state znode is watched
+        self.value_schemas: dict[str, list[ValueSchema]] = {}  # typed topics: versions, oldest first
+        self.registry: SchemaRegistry | None = None
         self.live_brokers: dict[int, BrokerInfo] = {}
         self.cluster: ClusterMetadata | None = None
         self.server: BrokerServer | None = None
@@ -83,6 +87,7 @@ class Broker:
     # ----------------------------------------------------------------- lifecycle
     def start(self) -> Broker:
         self.cluster = ClusterMetadata(self.zookeeper, timeout=self.session_timeout_s).start()
+        self.registry = SchemaRegistry.from_cluster(self.cluster)
         self.zk_connected = True
         self.cluster.zk.add_listener(self._on_zk_state)
         self.server = BrokerServer(self, f"grpc+tcp://{self.host}:{self.requested_port}")
@@ -248,7 +253,29 @@ class Broker:
                     self._drop_replica(name, p)  # moved away from this broker
             return None
 
+        def on_schemas(children: list[str]) -> bool | None:
+            if self._stopped.is_set() or name not in self.topics and not cluster.zk.exists(cluster.layout.topic(name)):
+                return False
+            self._load_value_schemas(name)
+            return None
+
+        self._load_value_schemas(name)
         DataWatch(cluster.zk, cluster.layout.topic(name), on_topic)
+        if cluster.zk.exists(cluster.layout.schemas(name)):
+            ChildrenWatch(cluster.zk, cluster.layout.schemas(name), on_schemas)
+
+    def _load_value_schemas(self, topic: str) -> None:
+        """Read a typed topic's schema versions (registered before its logs are opened)."""
+        assert self.registry is not None
+        try:
+            versions = self.registry.all(topic)
+        except Exception:  # deleted meanwhile, or no schemas node: untyped
+            versions = []
+        if versions:
+            self.value_schemas[topic] = versions
+            self.logs.set_value_schemas(topic, versions)
+        else:
+            self.value_schemas.pop(topic, None)
 
     def _watch_state(self, topic: str, partition: int) -> None:
         assert self.cluster is not None
@@ -297,7 +324,9 @@ class Broker:
         partition = self.partitions.get(key)
         if partition is None:
             meta = self.topic_metadata(topic)
-            log_ = self.logs.get(topic, p, meta.config)
+            if topic not in self.value_schemas:
+                self._load_value_schemas(topic)
+            log_ = self.logs.get(topic, p, meta.config, self.value_schemas.get(topic, ()))
             partition = Partition(topic, p, self.broker_id, log_, self._update_isr, self.replica_lag_ms)
             self.partitions[key] = partition
         return partition

@@ -4,10 +4,16 @@ from __future__ import annotations
 
 import shutil
 import threading
+from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from sparklog.broker.log import PartitionLog, compact
 from sparklog.config import TopicConfig
+from sparklog.records import versioned_schema
+
+if TYPE_CHECKING:
+    from sparklog.schemas.value_schema import ValueSchema
 
 
 class LogManager:
@@ -23,8 +29,11 @@ class LogManager:
     def directory(self, topic: str, partition: int) -> Path:
         return self.data_dir / f"{topic}-{partition}"
 
-    def get(self, topic: str, partition: int, config: TopicConfig) -> PartitionLog:
-        """The open log of a partition, opened (and recovered if needed) on first use."""
+    def get(
+        self, topic: str, partition: int, config: TopicConfig, value_schemas: Sequence[ValueSchema] = ()
+    ) -> PartitionLog:
+        """The open log of a partition, opened (and recovered if needed) on first use. A typed
+        topic's ``value_schemas`` (oldest first) give the stored types."""
         key = (topic, partition)
         log = self._logs.get(key)
         if log is not None:
@@ -34,9 +43,29 @@ class LogManager:
         with self._lock:
             log = self._logs.get(key)
             if log is None:
-                log = PartitionLog(self.directory(topic, partition), config)
+                if value_schemas:
+                    latest = value_schemas[-1]
+                    older = [versioned_schema(v.arrow_type, v.version) for v in value_schemas[:-1]]
+                    log = PartitionLog(
+                        self.directory(topic, partition),
+                        config,
+                        value_type=latest.arrow_type,
+                        schema_version=latest.version,
+                        older_schemas=older,
+                    )
+                else:
+                    log = PartitionLog(self.directory(topic, partition), config)
                 self._logs[key] = log
             return log
+
+    def set_value_schemas(self, topic: str, value_schemas: Sequence[ValueSchema]) -> None:
+        """A typed topic got a new schema version: its open logs take it for new appends."""
+        if not value_schemas:
+            return
+        latest = value_schemas[-1]
+        for (name, _p), log in list(self._logs.items()):
+            if name == topic:
+                log.set_value_type(latest.arrow_type, latest.version)
 
     def open_logs(self) -> dict[tuple[str, int], PartitionLog]:
         return dict(self._logs)

@@ -7,6 +7,8 @@ before it touches a file).
 
 from __future__ import annotations
 
+import functools
+import itertools
 import logging
 import time
 from collections.abc import Iterator
@@ -17,6 +19,7 @@ import pyarrow.flight as flight
 
 from sparklog import wire
 from sparklog.broker.log.batch_codec import BatchHeader
+from sparklog.broker.typed_values import conform_produced, consumer_schema, for_consumer
 from sparklog.errors import InvalidRecord, InvalidRequest, NotLeader, SparklogError
 
 if TYPE_CHECKING:
@@ -89,6 +92,9 @@ class BrokerServer(flight.FlightServerBase):
             acks = "all" if acks == "-1" else acks
             producer_id = _int(request, "producer_id", -1)
             sequence = _int(request, "first_sequence", -1)
+            writer_version = request.get("schema_version")
+            if writer_version is not None and not isinstance(writer_version, int):
+                raise InvalidRequest(f"'schema_version' must be an integer, got {writer_version!r}")
             partition = self.broker.leader_partition(topic, p, for_write=True)
             min_isr = partition.log.config.min_insync_replicas
             while True:
@@ -105,7 +111,11 @@ class BrokerServer(flight.FlightServerBase):
                 if chunk.app_metadata is not None and chunk.app_metadata.size:
                     sequence = _int(_parse(chunk.app_metadata), "sequence", -1)  # per batch (idempotence)
                 partition = self.broker.leader_partition(topic, p, for_write=True)
-                info = partition.append_as_leader(chunk.data, acks, producer_id, sequence, min_isr)
+                data = chunk.data
+                value_schemas = self.broker.value_schemas.get(topic)
+                if value_schemas:
+                    data = conform_produced(data, value_schemas, writer_version)
+                info = partition.append_as_leader(data, acks, producer_id, sequence, min_isr)
                 if sequence >= 0:
                     sequence += chunk.data.num_rows
                 if acks != "0":
@@ -124,6 +134,11 @@ class BrokerServer(flight.FlightServerBase):
             max_wait_ms = min(max(_int(request, "max_wait_ms", 0), 0), MAX_WAIT_MS)
             replica_id = _int(request, "replica_id", -1)
             epoch = request.get("leader_epoch")
+            fields = request.get("fields")
+            if fields is not None and (
+                not isinstance(fields, list) or not all(isinstance(f, str) and f for f in fields) or not fields
+            ):
+                raise InvalidRequest(f"'fields' must be a non-empty list of field paths, got {fields!r}")
             partition = self.broker.leader_partition(topic, p)
             plog = partition.log
             upto = partition.fetch_range_end(replica_id, offset, epoch if isinstance(epoch, int) else None)
@@ -139,21 +154,42 @@ class BrokerServer(flight.FlightServerBase):
                     partition.changed.wait_for(ready, timeout=max(0.0, deadline - time.monotonic()))
                 upto = partition.fetch_range_end(replica_id, offset, epoch if isinstance(epoch, int) else None)
                 stored = plog.read_stored(offset, max_bytes, upto=upto)
-            return flight.GeneratorStream(plog.schema, self._fetch_stream(partition, stored, replica_id >= 0))
+            value_schemas = self.broker.value_schemas.get(topic)
+            if replica_id >= 0:
+                # a follower copies stored batches as they are, one schema per fetch
+                schema = stored[0][0].schema if stored else plog.schema
+                stored = list(itertools.takewhile(lambda item: item[0].schema.equals(schema, True), stored))
+                convert = None
+            elif value_schemas:
+                schema = consumer_schema(value_schemas, fields)
+                convert = functools.partial(for_consumer, schemas=value_schemas, fields=fields, target=schema)
+            elif fields:
+                raise InvalidRequest(f"'fields' needs a typed topic; {topic!r} has no value schema")
+            else:
+                schema, convert = plog.schema, None
+            return flight.GeneratorStream(
+                schema, self._fetch_stream(partition, stored, schema, convert, replica_id >= 0)
+            )
         except SparklogError as exc:
             raise wire.to_flight_error(exc) from None
 
     @staticmethod
-    def _fetch_stream(partition: Partition, stored: list[tuple[pa.RecordBatch, BatchHeader]], replica: bool) -> Any:
+    def _fetch_stream(
+        partition: Partition,
+        stored: list[tuple[pa.RecordBatch, BatchHeader]],
+        schema: pa.Schema,
+        convert: Any,
+        replica: bool,
+    ) -> Any:
         """Batches with per-batch metadata: the high watermark and log start (and, for a follower,
         the batch's stored header); an empty batch carries them when there is no data."""
         positions = {"hw": partition.high_watermark, "lso": partition.log.log_start_offset}
         if not stored:
-            yield pa.RecordBatch.from_pylist([], schema=partition.log.schema), pa.py_buffer(wire.encode(positions))
+            yield pa.RecordBatch.from_pylist([], schema=schema), pa.py_buffer(wire.encode(positions))
             return
         for batch, header in stored:
             meta = {**positions, "h": header.encode(crc=b"00000000")} if replica else positions
-            yield batch, pa.py_buffer(wire.encode(meta))
+            yield (convert(batch) if convert else batch), pa.py_buffer(wire.encode(meta))
 
     # ----------------------------------------------------------------- actions
     def do_action(self, context: flight.ServerCallContext, action: flight.Action) -> Iterator[bytes]:

@@ -9,6 +9,7 @@ from typing import Any
 from sparklog.client.cluster_client import DEFAULT_ZOOKEEPER, ClusterClient
 from sparklog.coordination.cluster import TopicMetadata
 from sparklog.errors import InvalidRequest, UnknownGroup
+from sparklog.schemas.value_schema import ValueSchema
 
 
 class Admin:
@@ -19,9 +20,25 @@ class Admin:
         self.cluster = self._client.cluster
 
     def create_topic(
-        self, name: str, partitions: int = 1, replication_factor: int = 1, configs: Mapping[str, Any] | None = None
+        self,
+        name: str,
+        partitions: int = 1,
+        replication_factor: int = 1,
+        configs: Mapping[str, Any] | None = None,
+        value_schema: Any = None,
     ) -> TopicMetadata:
-        return self.cluster.create_topic(name, partitions, replication_factor, configs)
+        """Create a topic; with ``value_schema`` (Avro record schema, JSON text or dict) a typed one."""
+        return self.cluster.create_topic(name, partitions, replication_factor, configs, value_schema)
+
+    def register_schema(self, topic: str, schema: Any) -> ValueSchema:
+        """Add a value schema version to a topic (checked under its ``schema.compatibility``)."""
+        self.cluster.topic(topic)
+        return self._client.registry.register(topic, schema)
+
+    def schemas(self, topic: str) -> list[ValueSchema]:
+        """Every value schema version of a topic, oldest first ([] for a plain topic)."""
+        self.cluster.topic(topic)
+        return self._client.registry.all(topic)
 
     def list_topics(self) -> list[str]:
         return self.cluster.topics()

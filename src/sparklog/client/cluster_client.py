@@ -13,6 +13,8 @@ from kazoo.recipe.watchers import ChildrenWatch, DataWatch
 from sparklog import wire
 from sparklog.coordination.cluster import BrokerInfo, ClusterMetadata, PartitionState, TopicMetadata
 from sparklog.errors import BrokerNotAvailable, SparklogError
+from sparklog.schemas.registry import SchemaRegistry
+from sparklog.schemas.value_schema import ValueSchema
 
 DEFAULT_ZOOKEEPER = "127.0.0.1:2181"
 T = TypeVar("T")
@@ -44,6 +46,8 @@ class ClusterClient:
         self._clients: dict[str, flight.FlightClient] = {}
         self._lock = threading.Lock()
         self._watched: set[tuple[str, int]] = set()
+        self._registry: SchemaRegistry | None = None
+        self._value_schemas: dict[str, ValueSchema | None] = {}
         ChildrenWatch(self.cluster.zk, self.cluster.layout.broker_ids, self._on_brokers)
 
     def _on_brokers(self, _children: list[str]) -> None:
@@ -67,6 +71,38 @@ class ClusterClient:
             return None
 
         DataWatch(self.cluster.zk, self.cluster.layout.partition_state(topic, partition), on_state)
+
+    @property
+    def registry(self) -> SchemaRegistry:
+        if self._registry is None:
+            self._registry = SchemaRegistry.from_cluster(self.cluster)
+        return self._registry
+
+    def value_schema(self, topic: str) -> ValueSchema | None:
+        """The latest value schema of a typed topic (None for a plain one), followed by a watch."""
+        if topic in self._value_schemas:
+            return self._value_schemas[topic]
+        self.topic(topic)  # UnknownTopic for a topic that does not exist
+        path = self.cluster.layout.schemas(topic)
+
+        def on_versions(_children: list[str]) -> bool | None:
+            try:
+                self.registry.refresh(topic)
+                self._value_schemas[topic] = self.registry.latest_or_none(topic)
+            except Exception:  # the topic went away
+                self._value_schemas.pop(topic, None)
+                return False
+            return None
+
+        if self.cluster.zk.exists(path):
+            ChildrenWatch(self.cluster.zk, path, on_versions)
+        if topic not in self._value_schemas:
+            self._value_schemas[topic] = self.registry.latest_or_none(topic)
+        return self._value_schemas[topic]
+
+    def schema_lookup(self, topic: str) -> Callable[[bytes], ValueSchema]:
+        """Fingerprint -> version, for Avro single-object encoded values of a typed topic."""
+        return self.registry.lookup(topic)
 
     def topic(self, name: str, refresh: bool = False) -> TopicMetadata:
         meta = None if refresh else self._topics.get(name)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any, NamedTuple
 
 import pyarrow as pa
@@ -22,6 +22,8 @@ from sparklog import wire
 from sparklog.client.cluster_client import DEFAULT_ZOOKEEPER, ClusterClient
 from sparklog.coordination.cluster import BrokerInfo
 from sparklog.errors import InvalidRequest, OffsetOutOfRange
+from sparklog.schemas.codec import encode_avro
+from sparklog.schemas.projection import parse_fields
 
 TopicPartition = tuple[str, int]
 RESETS = ("earliest", "latest", "none")
@@ -40,6 +42,10 @@ class Record(NamedTuple):
 class Consumer:
     """Reads topics as Arrow record batches (``poll_batches``) or records (``poll``).
 
+    For typed topics values arrive as Arrow structs in the latest schema version (older records are
+    evolved by the broker); ``fields`` (e.g. ``["user", "address.zip"]``) asks the broker for only
+    those columns, and ``value_format="avro"`` gives Avro single-object encoded bytes instead.
+
     ``session_timeout_s`` is the ZooKeeper session: a member that dies is noticed (and its
     partitions reassigned) after about that long (ZooKeeper enforces at least 2 ticks, 4 s by default).
     A fetch that fails with a retriable error (leader moved, broker down) is retried for up to
@@ -57,12 +63,20 @@ class Consumer:
         max_wait_ms: int = 500,
         session_timeout_s: float = 10.0,
         retry_timeout_s: float = 30.0,
+        fields: str | Sequence[str] | None = None,
+        value_format: str = "arrow",
     ) -> None:
         if auto_offset_reset not in RESETS:
             raise InvalidRequest(f"auto_offset_reset must be one of {', '.join(RESETS)}, got {auto_offset_reset!r}")
         self.topics = [topics] if isinstance(topics, str) else list(topics)
         if not self.topics:
             raise InvalidRequest("a consumer needs at least one topic")
+        if value_format not in ("arrow", "avro"):
+            raise InvalidRequest(f"value_format must be 'arrow' or 'avro', got {value_format!r}")
+        self.fields = parse_fields(fields) if fields else None
+        if self.fields and value_format == "avro":
+            raise InvalidRequest("value_format='avro' returns whole values: it cannot be combined with fields")
+        self.value_format = value_format
         self.group = group
         self.auto_offset_reset = auto_offset_reset
         self.max_bytes = max_bytes
@@ -146,6 +160,7 @@ class Consumer:
                     "offset": offset,
                     "max_bytes": self.max_bytes,
                     "max_wait_ms": wait_ms,
+                    **({"fields": self.fields} if self.fields else {}),
                 }
             )
         )
@@ -182,6 +197,8 @@ class Consumer:
                 for batch in future.result():
                     batch = self._trim(batch, offset)
                     if batch.num_rows:
+                        if self.value_format == "avro":
+                            batch = self._as_avro(tp[0], batch)
                         out.append(_with_partition_columns(batch, tp))
                         offset = batch.column(0)[-1].as_py() + 1
                 self._positions[tp] = offset
@@ -197,6 +214,14 @@ class Consumer:
                 future = self._pool.submit(self._fetch, tp, offset, self.max_wait_ms)
                 self._inflight[tp] = future
                 self._inflight_at[tp] = (offset, future)
+
+    def _as_avro(self, topic: str, batch: pa.RecordBatch) -> pa.RecordBatch:
+        """Values of a typed topic as Avro single-object encoded bytes (for existing Avro tooling)."""
+        schema = self._client.value_schema(topic)
+        if schema is None:
+            return batch
+        i = batch.schema.get_field_index("value")
+        return batch.set_column(i, pa.field("value", pa.binary()), encode_avro(batch.column(i), schema))
 
     @staticmethod
     def _trim(batch: pa.RecordBatch, position: int) -> pa.RecordBatch:

@@ -12,7 +12,7 @@ import itertools
 import secrets
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from time import time_ns
 from typing import Any, NamedTuple
 
@@ -24,8 +24,10 @@ from sparklog import wire
 from sparklog.client.cluster_client import DEFAULT_ZOOKEEPER, ClusterClient
 from sparklog.client.partitioner import partitions_for_keys
 from sparklog.coordination.cluster import BrokerInfo
-from sparklog.errors import InvalidRequest, SparklogError
+from sparklog.errors import InvalidRecord, InvalidRequest, SparklogError
 from sparklog.records import HEADER_TYPE, to_record_batch, wire_schema
+from sparklog.schemas.codec import decode_avro
+from sparklog.schemas.value_schema import ValueSchema
 
 ACKS = ("0", "1", "all")
 
@@ -96,20 +98,31 @@ class _PartitionStream:
     """An open ``do_put`` stream to a partition's leader."""
 
     def __init__(
-        self, client: flight.FlightClient, broker: BrokerInfo, topic: str, partition: int, acks: str, producer_id: int
+        self,
+        client: flight.FlightClient,
+        broker: BrokerInfo,
+        topic: str,
+        partition: int,
+        acks: str,
+        producer_id: int,
+        value_schema: ValueSchema | None,
     ) -> None:
-        command = {
+        command: dict[str, Any] = {
             "type": wire.PRODUCE,
             "topic": topic,
             "partition": partition,
             "acks": acks,
             "producer_id": producer_id,
         }
+        if value_schema is not None:
+            command["schema_version"] = value_schema.version
         descriptor = flight.FlightDescriptor.for_command(wire.encode(command))
         self.broker = broker
         self.acks = acks
         self.producer_id = producer_id
-        self.writer, self.reader = client.do_put(descriptor, wire_schema())
+        self.value_schema = value_schema
+        value_type = value_schema.arrow_type if value_schema is not None else pa.binary()
+        self.writer, self.reader = client.do_put(descriptor, wire_schema(value_type))
 
     def send(self, batch: pa.RecordBatch, sequence: int) -> tuple[int, int]:
         self.writer.write_with_metadata(batch, pa.py_buffer(wire.encode({"sequence": sequence})))
@@ -241,7 +254,7 @@ class Producer:
             values, keys, headers, partitions, timestamps = zip(*acc.rows, strict=True)
             columns: dict[str, Any] = {
                 "key": pa.array(keys, pa.binary()),
-                "value": pa.array(values, pa.binary()),
+                "value": self._value_column(acc.topic, values),
                 "timestamp": pa.array(timestamps, pa.int64()),
             }
             if any(h is not None for h in headers):
@@ -265,7 +278,10 @@ class Producer:
             raise InvalidRequest(f"partition must be >= 0, got {partition}")
         self.flush()
         if isinstance(data, Mapping):
-            data = pa.table(dict(data))
+            columns = dict(data)
+            if "value" in columns and isinstance(columns["value"], list | tuple):
+                columns["value"] = self._value_column(topic, columns["value"])
+            data = pa.table(columns)
         if isinstance(data, pa.RecordBatch):
             data = pa.Table.from_batches([data])
         explicit = np.full(data.num_rows, -1 if partition is None else partition, dtype=np.int64)
@@ -276,9 +292,35 @@ class Producer:
             out.append(BatchMetadata(topic, int(p), int(mine.min()), int(mine.max())))
         return out
 
+    def _value_column(self, topic: str, values: Sequence[Any]) -> pa.Array:
+        """Python values as the topic's value column: bytes for a plain topic; for a typed topic dicts
+        (checked against the schema) or Avro single-object encoded bytes (decoded)."""
+        schema = self._client.value_schema(topic)
+        if schema is None:
+            return pa.array(values, pa.binary())
+        if all(v is None or isinstance(v, Mapping) for v in values):
+            return schema.from_pylist(values)
+        if all(v is None or isinstance(v, bytes | bytearray | memoryview) for v in values):
+            return decode_avro(pa.array(values, pa.binary()), schema, lookup=self._client.schema_lookup(topic))
+        raise InvalidRecord(f"values of typed topic {topic!r} must be dicts or Avro-encoded bytes, not a mix")
+
+    def _typed(self, topic: str, table: pa.Table) -> tuple[pa.Table, ValueSchema | None]:
+        """A typed topic's table with its value column in the latest schema's type."""
+        schema = self._client.value_schema(topic)
+        if schema is None or "value" not in table.column_names:
+            return table, schema
+        value = table.column("value").combine_chunks()
+        if pa.types.is_binary(value.type) or pa.types.is_large_binary(value.type):
+            value = decode_avro(value.cast(pa.binary()), schema, lookup=self._client.schema_lookup(topic))
+        elif value.type != schema.arrow_type:
+            value = schema.conform(value)
+        i = table.column_names.index("value")
+        return table.set_column(i, pa.field("value", value.type), value), schema
+
     def _send_table(self, topic: str, table: pa.Table, explicit: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Partition the rows, send each partition's rows (partitions in parallel), return
         (partition, offset) per row."""
+        table, value_schema = self._typed(topic, table)
         meta = self._client.topic(topic)
         n = meta.partitions
         parts = explicit.copy()
@@ -302,24 +344,29 @@ class Producer:
         def send(p: int) -> tuple[np.ndarray, np.ndarray]:
             rows = np.nonzero(parts == p)[0]
             subset = table.take(pa.array(rows)) if len(rows) != len(parts) else table
-            return rows, self._send_to_partition(topic, p, subset)
+            return rows, self._send_to_partition(topic, p, subset, value_schema)
 
         results = [send(targets[0])] if len(targets) == 1 else list(self._pool.map(send, targets))
         for rows, got in results:
             offsets[rows] = got
         return parts, offsets
 
-    def _send_to_partition(self, topic: str, partition: int, table: pa.Table) -> np.ndarray:
+    def _send_to_partition(
+        self, topic: str, partition: int, table: pa.Table, value_schema: ValueSchema | None = None
+    ) -> np.ndarray:
         """Send rows to one partition in slices of ``batch_records``; the offset of every row."""
-        batch = to_record_batch(table).drop_columns(["offset"])
+        value_type = value_schema.arrow_type if value_schema is not None else pa.binary()
+        batch = to_record_batch(table, value_type).drop_columns(["offset"])
         offsets = np.empty(batch.num_rows, dtype=np.int64)
         for start in range(0, batch.num_rows, self.batch_records):
             part = batch.slice(start, self.batch_records)
-            base, _last = self._send_one(topic, partition, part)
+            base, _last = self._send_one(topic, partition, part, value_schema)
             offsets[start : start + part.num_rows] = np.arange(base, base + part.num_rows) if base >= 0 else -1
         return offsets
 
-    def _send_one(self, topic: str, partition: int, batch: pa.RecordBatch) -> tuple[int, int]:
+    def _send_one(
+        self, topic: str, partition: int, batch: pa.RecordBatch, value_schema: ValueSchema | None = None
+    ) -> tuple[int, int]:
         """Send one batch to a partition's leader (retrying, idempotently) and wait for its ack.
 
         Each partition has its own producer id and sequence: a retried batch keeps its sequence, so
@@ -330,11 +377,13 @@ class Producer:
 
             def attempt(client: flight.FlightClient, broker: BrokerInfo) -> tuple[int, int]:
                 stream = self._streams.get(key)
-                if stream is not None and (stream.broker != broker or stream.producer_id != producer_id):
+                if stream is not None and (
+                    stream.broker != broker or stream.producer_id != producer_id or stream.value_schema != value_schema
+                ):
                     stream.close()
                     stream = None
                 if stream is None:
-                    stream = _PartitionStream(client, broker, topic, partition, self.acks, producer_id)
+                    stream = _PartitionStream(client, broker, topic, partition, self.acks, producer_id, value_schema)
                     self._streams[key] = stream
                 try:
                     return stream.send(batch, sequence)

@@ -100,7 +100,7 @@ class ClusterMetadata:
                 raise CoordinatorNotAvailable(
                     f"cannot reach ZooKeeper at {self.connect} ({type(exc).__name__}); is it running?"
                 ) from None
-        for path in (self.layout.broker_ids, self.layout.topics, self.layout.consumers):
+        for path in (self.layout.broker_ids, self.layout.topics, self.layout.consumers, self.layout.schema_root):
             self.zk.ensure_path(path)
         return self
 
@@ -143,8 +143,11 @@ class ClusterMetadata:
         partitions: int,
         replication_factor: int = 1,
         configs: Mapping[str, Any] | None = None,
+        value_schema: Any = None,
     ) -> TopicMetadata:
-        """Create a topic, assigning its partitions' replicas to the live brokers."""
+        """Create a topic, assigning its partitions' replicas to the live brokers. With
+        ``value_schema`` (Avro JSON) it is a typed topic: the schema is version 1, created in the
+        same ZooKeeper transaction as the topic."""
         if not TOPIC_NAME.match(name):
             raise InvalidRequest(f"invalid topic name {name!r}: use 1-200 of [A-Za-z0-9._-]")
         if partitions < 1:
@@ -168,6 +171,12 @@ class ClusterMetadata:
         tx = self.zk.transaction()
         tx.create(self.layout.topic(name), json.dumps({"replicas": replicas, "configs": overrides}).encode())
         tx.create(f"{self.layout.topic(name)}/partitions")
+        tx.create(self.layout.schemas(name))  # brokers watch it for schema versions, typed or not
+        if value_schema is not None:
+            from sparklog.schemas.value_schema import ValueSchema
+
+            parsed = ValueSchema.parse(value_schema, topic=name)  # refuses bad or unmappable schemas now
+            tx.create(f"{self.layout.schemas(name)}/1", parsed.json.encode())
         for p, reps in enumerate(replicas):
             tx.create(f"{self.layout.topic(name)}/partitions/{p}")
             tx.create(self.layout.partition_state(name, p), PartitionState(reps[0], 0, list(reps)).to_json())

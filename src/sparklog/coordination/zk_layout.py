@@ -81,5 +81,9 @@ class ZkLayout:
     def reassignment(self, topic: str) -> str:
         return f"{self.reassignments}/{topic}"
 
+    @property
+    def schema_root(self) -> str:
+        return f"{self.root}/schemas"
+
     def schemas(self, topic: str) -> str:
-        return f"{self.root}/schemas/{topic}"
+        return f"{self.schema_root}/{topic}"

@@ -15,7 +15,7 @@ import dataclasses
 import os
 import shutil
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -27,7 +27,7 @@ from sparklog.broker.log.producer_state import ProducerStateTable
 from sparklog.broker.log.segment import SEGMENT_SUFFIX, LogSegment, delete_segment_files, encoded_size, header_for
 from sparklog.config import TopicConfig
 from sparklog.errors import CorruptRecord, InvalidRecord, LogClosed, OffsetOutOfRange, RecordTooLarge
-from sparklog.records import TIMESTAMP_TYPE, column_max, int64_column, record_schema, to_record_batch
+from sparklog.records import TIMESTAMP_TYPE, column_max, int64_column, to_record_batch, versioned_schema
 from sparklog.records import now_ms as wall_clock_ms
 
 CLEAN_SHUTDOWN_FILE = "clean-shutdown"
@@ -71,11 +71,14 @@ class PartitionLog:
         config: TopicConfig | None = None,
         value_type: pa.DataType = pa.binary(),
         clock: Callable[[], int] = wall_clock_ms,
+        schema_version: int | None = None,
+        older_schemas: Sequence[pa.Schema] = (),
     ) -> None:
         self.directory = Path(directory)
         self.config = config or TopicConfig()
         self.value_type = value_type
-        self.schema = record_schema(value_type)
+        self.schema = versioned_schema(value_type, schema_version)
+        self.known_schemas = [*older_schemas, self.schema]  # what segments may hold (typed topics evolve)
         self.clock = clock
         self.lock = threading.RLock()
         self.closed = False
@@ -105,7 +108,7 @@ class PartitionLog:
             must_verify = not clean and (next_base is None or next_base > recovery_point)
             try:
                 segment = LogSegment.open(
-                    self.directory, base, interval, recover=must_verify, expected_schema=self.schema
+                    self.directory, base, interval, recover=must_verify, expected_schemas=self.known_schemas
                 )
             except CorruptRecord:
                 # the schema message itself is unreadable: the segment was torn right at creation
@@ -123,6 +126,15 @@ class PartitionLog:
         if recovery_point > self.log_end_offset:  # recovery cut the log: never claim more than is there
             self._write_recovery_point(self.log_end_offset)
         marker.unlink(missing_ok=True)
+
+    def set_value_type(self, value_type: pa.DataType, schema_version: int | None) -> None:
+        """A typed topic got a new schema version: appends from now on go to segments of it (a
+        segment never mixes schemas)."""
+        with self.lock:
+            self.value_type = value_type
+            self.schema = versioned_schema(value_type, schema_version)
+            if not any(self.schema.equals(s, check_metadata=True) for s in self.known_schemas):
+                self.known_schemas.append(self.schema)
 
     def _rebuild_derived_state(self) -> None:
         """Leader epochs and producer state come from the batch headers (headers only, no decoding)."""
@@ -187,7 +199,10 @@ class PartitionLog:
         Bad input raises :class:`InvalidRecord` or :class:`RecordTooLarge` and stores nothing.
         """
         now = self.clock()
+        schema = self.schema
         batch = to_record_batch(data, self.value_type, now)
+        if schema.metadata:
+            batch = batch.replace_schema_metadata(schema.metadata)
         self._validate(batch)
         if self.config.message_timestamp_type == "LogAppendTime":
             batch = batch.set_column(
@@ -217,8 +232,8 @@ class PartitionLog:
 
     def append_replica(self, batch: pa.RecordBatch, header: BatchHeader) -> None:
         """Append a batch that already has offsets (a follower copying its leader's log)."""
-        if batch.schema != self.schema:
-            raise InvalidRecord(f"replicated batch schema {batch.schema} differs from {self.schema}")
+        if not batch.schema.equals(self.schema) and not any(batch.schema.equals(s) for s in self.known_schemas):
+            raise InvalidRecord(f"replicated batch schema {batch.schema} is not a schema of this topic")
         now = self.clock()
         with self.lock:
             self._check_open()
@@ -229,7 +244,10 @@ class PartitionLog:
             self._write(batch, header, now)
 
     def _write(self, batch: pa.RecordBatch, header: BatchHeader, now: int) -> None:
-        """Encode, roll if the stored batch would overflow the segment (or is not contiguous), write."""
+        """Encode, roll if the stored batch would overflow the segment (or is not contiguous, or of
+        another schema), write."""
+        if not self.active.schema.equals(batch.schema, check_metadata=True):
+            self._start_segment_for(batch.schema, header.base_offset)
         pieces = self.active.encode(batch, header, self.config.compression)
         self._maybe_roll(encoded_size(pieces), now, base=header.base_offset)
         self.active.write(pieces, header)
@@ -265,12 +283,23 @@ class PartitionLog:
         ):
             self._roll(self.log_end_offset if base is None else base)
 
-    def _new_segment(self, base: int) -> LogSegment:
-        return LogSegment.create(self.directory, base, self.schema, self.config.index_interval_bytes)
+    def _new_segment(self, base: int, schema: pa.Schema | None = None) -> LogSegment:
+        return LogSegment.create(self.directory, base, schema or self.schema, self.config.index_interval_bytes)
 
-    def _roll(self, base: int) -> None:
+    def _start_segment_for(self, schema: pa.Schema, base: int) -> None:
+        """A new active segment for batches of another schema (a new schema version)."""
+        if not any(schema.equals(s, check_metadata=True) for s in self.known_schemas):
+            self.known_schemas.append(schema)
+        if self.active.is_empty:
+            self.segments.pop().delete()
+            self.segments.append(self._new_segment(base, schema))
+            self._active_created_ms = self.clock()
+        else:
+            self._roll(base, schema)
+
+    def _roll(self, base: int, schema: pa.Schema | None = None) -> None:
         old = self.active
-        self.segments.append(self._new_segment(base))
+        self.segments.append(self._new_segment(base, schema or old.schema))
         self._active_created_ms = self.clock()
         # fsync the finished segment off the append path (as Kafka's scheduler does)
         self._pending_flushes = [f for f in self._pending_flushes if not f.done()]
@@ -288,8 +317,9 @@ class PartitionLog:
 
     def _replace_empty_active(self, base: int) -> None:
         """An empty active segment at the wrong base offset (a follower's first fetch) is recreated."""
+        schema = self.active.schema
         self.segments.pop().delete()
-        self.segments.append(self._new_segment(base))
+        self.segments.append(self._new_segment(base, schema))
         self._active_created_ms = self.clock()
 
     def roll(self) -> None:

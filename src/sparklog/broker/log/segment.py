@@ -7,7 +7,7 @@ Files of the segment with base offset 42:
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -100,20 +100,21 @@ class LogSegment:
         base_offset: int,
         index_interval_bytes: int = 4096,
         recover: bool = False,
-        expected_schema: pa.Schema | None = None,
+        expected_schemas: Sequence[pa.Schema] = (),
     ) -> LogSegment:
         """Open an existing segment. With ``recover`` every batch is verified, a torn or corrupt tail is
         truncated and the indexes are rebuilt; otherwise indexes are trusted if they look sane.
 
-        The schema message has no checksum of its own: with ``expected_schema`` a damaged one of the
-        same length is rewritten (the batches' checksums then decide what is valid), any other
-        mismatch raises :class:`CorruptRecord`.
+        The schema message has no checksum of its own: with ``expected_schemas`` (every schema the
+        log's segments may have) a damaged one is rewritten as the closest expected schema of the
+        same length (the batches' checksums then decide what is valid); one that resembles none
+        raises :class:`CorruptRecord`.
         """
         seg = cls(directory, base_offset, index_interval_bytes)
         seg._fd = os.open(seg.path, os.O_RDWR)
         try:
             seg.size = os.fstat(seg._fd).st_size
-            if expected_schema is not None and seg._repair_schema(expected_schema):
+            if expected_schemas and seg._repair_schema(expected_schemas):
                 recover = True
             seg.schema, seg.first_position = read_schema(seg._map())
             indexes_exist = all(
@@ -129,14 +130,18 @@ class LogSegment:
             raise
         return seg
 
-    def _repair_schema(self, expected: pa.Schema) -> bool:
+    def _repair_schema(self, expected: Sequence[pa.Schema]) -> bool:
         """Rewrite a damaged schema message; True if it was rewritten."""
-        want = BatchEncoder(expected).schema_message()
-        have = os.pread(self._fd, len(want), 0)
-        if have == want:
+        wants = [BatchEncoder(schema).schema_message() for schema in expected]
+        head = os.pread(self._fd, max(len(w) for w in wants), 0)
+        if any(head[: len(w)] == w for w in wants):
             return False
-        if len(have) < len(want):
+        fits = [w for w in wants if len(head) >= len(w)]
+        if not fits:
             raise CorruptRecord(f"{self.path.name} is shorter than its schema message")
+        distance, want = min((sum(a != b for a, b in zip(w, head, strict=False)), w) for w in fits)
+        if distance > len(want) // 8:
+            raise CorruptRecord(f"{self.path.name} does not start with any schema of its topic")
         os.pwrite(self._fd, want, 0)
         self._data = None
         return True
