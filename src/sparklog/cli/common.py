@@ -130,3 +130,12 @@ def ids(values: Iterable[int] | None) -> str:
     """Broker ids as ``1,2,3`` (``-`` when empty)."""
     text = ",".join(str(v) for v in values or ())
     return text or "-"
+
+
+def read_text_file(path: str, option: str) -> str:
+    """The text of a file named on the command line (one clear error if it cannot be read)."""
+    try:
+        with open(path, encoding="utf-8") as handle:
+            return handle.read()
+    except OSError as exc:
+        raise CliError(f"{option}: cannot read {path}: {exc.strerror}") from None

@@ -21,6 +21,7 @@ from sparklog.cli.consume import add_consume
 from sparklog.cli.groups import add_groups
 from sparklog.cli.partitions import add_partitions
 from sparklog.cli.produce import add_produce
+from sparklog.cli.schemas import add_schemas
 from sparklog.cli.topics import add_topics
 from sparklog.errors import SparklogError
 
@@ -44,6 +45,7 @@ COMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [
     add_consume,
     add_groups,
     add_partitions,
+    add_schemas,
     add_bench,
 ]
 

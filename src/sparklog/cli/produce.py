@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import json
 import sys
 from typing import BinaryIO
 
@@ -39,6 +40,17 @@ def _lines(stream: BinaryIO) -> collections.abc.Iterator[bytes]:
         yield line
 
 
+def _json_object(line: bytes, number: int) -> dict:
+    """A typed topic takes one JSON object per line (checked against its schema by the producer)."""
+    try:
+        value = json.loads(line)
+    except ValueError as exc:
+        raise CliError(f"line {number} is not JSON (the topic is typed: one JSON object per line): {exc}") from None
+    if not isinstance(value, dict):
+        raise CliError(f"line {number} is not a JSON object (the topic is typed)")
+    return value
+
+
 def run_produce(args: argparse.Namespace) -> int:
     from sparklog.client.producer import Producer
 
@@ -52,6 +64,9 @@ def run_produce(args: argparse.Namespace) -> int:
 
     with cluster_metadata(args) as cluster:  # fail before reading input if the topic is wrong
         partitions = cluster.topic(args.topic).partitions
+        from sparklog.schemas.registry import SchemaRegistry
+
+        typed = SchemaRegistry.from_cluster(cluster).latest_or_none(args.topic) is not None
     if args.partition is not None and args.partition >= partitions:
         raise CliError(f"topic {args.topic!r} has {partitions} partition(s); partition {args.partition} does not exist")
 
@@ -67,7 +82,8 @@ def run_produce(args: argparse.Namespace) -> int:
                 key, sep, line = line.partition(separator)
                 if not sep:
                     raise CliError(f"line {number} has no key separator {args.key_separator!r}")
-            pending.append(send(topic, line, key=key, partition=partition))
+            value = _json_object(line, number) if typed else line
+            pending.append(send(topic, value, key=key, partition=partition))
             sent += 1
             if sent % _CHECK_EVERY == 0:
                 while pending and pending[0].done():

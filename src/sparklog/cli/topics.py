@@ -7,7 +7,15 @@ import json
 import sys
 from typing import Any
 
-from sparklog.cli.common import CliError, add_zookeeper_option, admin, ids, parse_configs, print_table
+from sparklog.cli.common import (
+    CliError,
+    add_zookeeper_option,
+    admin,
+    ids,
+    parse_configs,
+    print_table,
+    read_text_file,
+)
 
 DESCRIBE_HEADERS = ("PARTITION", "LEADER", "REPLICAS", "ISR", "LOG-START-OFFSET", "LOG-END-OFFSET")
 
@@ -27,6 +35,9 @@ def add_topics(sub: argparse._SubParsersAction) -> None:
         action="append",
         metavar="KEY=VALUE",
         help="a topic config (retention.ms, cleanup.policy, ...); repeat for several",
+    )
+    p.add_argument(
+        "--value-schema", metavar="FILE", help="an Avro record schema (.avsc): a typed topic whose values are columns"
     )
     add_zookeeper_option(p)
     p.set_defaults(handler=_create)
@@ -69,10 +80,11 @@ def _create(args: argparse.Namespace) -> int:
         raise CliError(f"--partitions must be at least 1, got {args.partitions}")
     if args.replication_factor < 1:
         raise CliError(f"--replication-factor must be at least 1, got {args.replication_factor}")
+    schema = read_text_file(args.value_schema, "--value-schema") if args.value_schema else None
     with admin(args) as client:
-        meta = client.create_topic(args.name, args.partitions, args.replication_factor, configs)
+        meta = client.create_topic(args.name, args.partitions, args.replication_factor, configs, value_schema=schema)
     print(
-        f"created topic {meta.name} with {meta.partitions} partition(s), "
+        f"created {'typed ' if schema else ''}topic {meta.name} with {meta.partitions} partition(s), "
         f"replication factor {args.replication_factor}, configs {_configs_text(meta.configs)}"
     )
     return 0
