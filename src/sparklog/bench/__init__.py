@@ -13,4 +13,5 @@ SCENARIOS: dict[str, Callable[..., dict[str, Any]]] = {
     "consume": broker_scenarios.consume,
     "latency": broker_scenarios.latency,
     "failover": broker_scenarios.failover,
+    "consume-fields": broker_scenarios.consume_fields,
 }

@@ -234,3 +234,91 @@ def _wait_for_full_isr(admin: Admin, partitions: int, timeout: float = 60.0) -> 
             return
         time.sleep(0.2)
     raise TimeoutError("the replicas did not all get back in sync")
+
+
+def typed_schema(columns: int = 20) -> dict[str, Any]:
+    """An Avro record of ``columns`` fields: longs, doubles and short strings in turn."""
+    kinds = ["long", "double", "string"]
+    return {
+        "type": "record",
+        "name": "Wide",
+        "fields": [{"name": f"f{i}", "type": kinds[i % 3]} for i in range(columns)],
+    }
+
+
+def typed_values(rows: int, columns: int = 20, seed: int = 3) -> pa.StructArray:
+    """A struct column of ``rows`` random values matching :func:`typed_schema` (built columnar)."""
+    rng = np.random.default_rng(seed)
+    arrays, names = [], []
+    for i in range(columns):
+        kind = i % 3
+        if kind == 0:
+            arrays.append(pa.array(rng.integers(0, 1 << 40, rows)))
+        elif kind == 1:
+            arrays.append(pa.array(rng.random(rows)))
+        else:
+            arrays.append(pa.array(rng.integers(0, 10**6, rows)).cast(pa.string()))
+        names.append(f"f{i}")
+    return pa.StructArray.from_arrays(arrays, names=names)
+
+
+def consume_fields(
+    records: int = 2_000_000,
+    batch_records: int = 10_000,
+    partitions: int = 6,
+    repeat: int = 3,
+    fields: str = "f0,f1",
+    **_: Any,
+) -> dict[str, Any]:
+    """A typed topic of 20 columns: consume every record with all 20 columns, then with ``fields``
+    only (the broker projects and sends just those columns); bytes received and records/s."""
+    import json
+
+    wanted = [f.strip() for f in fields.split(",") if f.strip()]
+    values = typed_values(batch_records)
+    batches = max(1, records // batch_records)
+    total = batches * batch_records
+    runs: dict[str, list[tuple[float, int]]] = {"all": [], "fields": []}
+    with tempfile.TemporaryDirectory(prefix="sparklog-bench-") as tmp:
+        cluster = LocalCluster(tmp, brokers=1).start()
+        try:
+            with Admin(cluster.zookeeper) as admin:
+                admin.create_topic(TOPIC, partitions, 1, value_schema=json.dumps(typed_schema()))
+            table = pa.Table.from_batches([pa.record_batch({"value": values})] * partitions)
+            with Producer(cluster.zookeeper, batch_records=batch_records) as producer:
+                for _ in range(max(1, batches // partitions)):
+                    producer.send_batch(TOPIC, table)
+            total = max(1, batches // partitions) * partitions * batch_records
+            for _ in range(repeat + 1):  # the first round warms caches
+                for name, projection in (("all", None), ("fields", wanted)):
+                    with Consumer(
+                        TOPIC,
+                        zookeeper=cluster.zookeeper,
+                        auto_offset_reset="earliest",
+                        max_bytes=32 << 20,
+                        fields=projection,
+                    ) as consumer:
+                        seen = size = 0
+                        start = time.perf_counter()
+                        while seen < total:
+                            for batch in consumer.poll_batches(timeout=5.0):
+                                seen += batch.num_rows
+                                size += batch.column("value").nbytes
+                        runs[name].append((time.perf_counter() - start, size))
+        finally:
+            cluster.stop()
+    took = {k: statistics.median(t for t, _ in v[1:]) for k, v in runs.items()}
+    size = {k: v[-1][1] for k, v in runs.items()}
+    return {
+        "scenario": "consume-fields",
+        "records": total,
+        "columns": 20,
+        "fields": ",".join(wanted),
+        "partitions": partitions,
+        "records_per_s": round(total / took["fields"]),
+        "all_columns_records_per_s": round(total / took["all"]),
+        "value_bytes_received": size["fields"],
+        "all_columns_value_bytes_received": size["all"],
+        "speedup": round(took["all"] / took["fields"], 2),
+        "bytes_ratio": round(size["all"] / max(1, size["fields"]), 2),
+    }

@@ -33,6 +33,7 @@ def add_bench(sub: argparse._SubParsersAction) -> None:
         p.add_argument(f"--{name}", type=type_, default=None, help=help_)
     p.add_argument("--compression", choices=["none", "lz4", "zstd"], default=None)
     p.add_argument("--acks", choices=["0", "1", "all"], default=None)
+    p.add_argument("--fields", default=None, metavar="F1,F2", help="'consume-fields': the columns to fetch")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(handler=run_bench)
 
@@ -41,7 +42,7 @@ def run_bench(args: argparse.Namespace) -> int:
     from sparklog.bench import SCENARIOS
 
     options = {}
-    for name in [*OPTIONS, "compression", "acks"]:
+    for name in [*OPTIONS, "compression", "acks", "fields"]:
         value = getattr(args, name.replace("-", "_"))
         if value is None:
             continue
