@@ -52,17 +52,14 @@ def consume_all(connect: str, topic: str, expected: int, **options: object) -> l
     return out
 
 
-def values_by_offset(batches: list[pa.RecordBatch]) -> dict[tuple[int, int], object]:
-    return {
-        (p, o): v
-        for b in batches
-        for p, o, v in zip(
-            b.column("partition").to_pylist(),
-            b.column("offset").to_pylist(),
-            b.column("value").to_pylist(),
-            strict=True,
-        )
-    }
+def values_by_offset(batches: list[pa.RecordBatch], values: list[list] | None = None) -> dict[tuple[int, int], object]:
+    """(partition, offset) -> value of every record (``values``: per batch, instead of its column)."""
+    out = {}
+    for i, b in enumerate(batches):
+        column = values[i] if values is not None else b.column("value").to_pylist()
+        keys = zip(b.column("partition").to_pylist(), b.column("offset").to_pylist(), strict=True)
+        out.update(zip(keys, column, strict=True))
+    return out
 
 
 def test_typed_topic_round_trip_dicts_avro_and_arrow(cluster: LocalCluster) -> None:
