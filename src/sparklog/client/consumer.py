@@ -13,6 +13,7 @@ import time
 from collections.abc import Iterable, Sequence
 from typing import Any, NamedTuple
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.flight as flight
@@ -305,8 +306,11 @@ class Consumer:
 
 
 def _with_partition_columns(batch: pa.RecordBatch, tp: TopicPartition) -> pa.RecordBatch:
+    """``topic`` (dictionary-encoded: one string, not one per row) and ``partition`` in front."""
     n = batch.num_rows
+    zeros = pa.array(np.zeros(n, dtype=np.int32))
+    topic = pa.DictionaryArray.from_arrays(zeros, pa.array([tp[0]], pa.string()))
+    partition = pa.array(np.full(n, tp[1], dtype=np.int32))
     return pa.RecordBatch.from_arrays(
-        [pa.repeat(pa.scalar(tp[0], pa.string()), n), pa.repeat(pa.scalar(tp[1], pa.int32()), n), *batch.columns],
-        names=["topic", "partition", *batch.schema.names],
+        [topic, partition, *batch.columns], names=["topic", "partition", *batch.schema.names]
     )
