@@ -24,7 +24,7 @@ from sparklog import wire
 from sparklog.client.cluster_client import DEFAULT_ZOOKEEPER, ClusterClient
 from sparklog.client.partitioner import partitions_for_keys
 from sparklog.coordination.cluster import BrokerInfo
-from sparklog.errors import InvalidRecord, InvalidRequest, SparklogError
+from sparklog.errors import BrokerNotAvailable, InvalidRecord, InvalidRequest
 from sparklog.records import HEADER_TYPE, to_record_batch, wire_schema
 from sparklog.schemas.codec import decode_avro
 from sparklog.schemas.value_schema import ValueSchema
@@ -129,8 +129,12 @@ class _PartitionStream:
         if self.acks == "0":
             return -1, -1
         ack = self.reader.read()
-        if ack is None:
-            raise SparklogError("the broker closed the produce stream without an acknowledgement")
+        if ack is None:  # the broker ended the stream: its error comes with closing our side
+            try:
+                self.writer.close()
+            except flight.FlightError as exc:
+                raise wire.from_flight_error(exc, f"broker {self.broker.broker_id}") from None
+            raise BrokerNotAvailable(f"broker {self.broker.broker_id} closed the produce stream without an ack")
         result = wire.decode(ack)
         return int(result["base_offset"]), int(result["last_offset"])
 
