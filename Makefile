@@ -10,11 +10,12 @@ STAMP  := $(VENV)/.sparklog-installed
 
 install: $(STAMP)
 
-$(STAMP): setup.cfg pyproject.toml scripts/install_zookeeper.sh scripts/zookeeper-pom.xml
+$(STAMP): setup.cfg pyproject.toml scripts/install_zookeeper.sh scripts/zookeeper-pom.xml scripts/install_delta.sh scripts/delta-pom.xml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q -e '.[test]'
 	bash scripts/install_zookeeper.sh
+	bash scripts/install_delta.sh
 	@touch $(STAMP)
 
 test: install
