@@ -6,7 +6,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.sparklog-installed
 
-.PHONY: install test test-fast demo bench lint clean
+.PHONY: install test test-fast demo bench bench-kafka lint clean
 
 install: $(STAMP)
 
@@ -29,6 +29,10 @@ lint: install
 
 bench: install
 	$(BIN)/sparklog bench append --json
+
+bench-kafka: install
+	bash benchmarks/fetch_kafka.sh
+	$(BIN)/python -m sparklog.bench.against_kafka suite --repeat 3
 
 demo: install
 	$(BIN)/python -m sparklog.demo

@@ -95,3 +95,74 @@ def start_broker(sparklog_connect: str, child_processes: object, tmp_path_factor
     finally:
         for broker in started:
             broker.stop_or_kill()
+
+
+# ---------------------------------------------------------------------------------------------------
+# Spark data source fixtures (tests/test_datasource_*.py; helpers in tests/spark_helpers.py).
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[object]:
+    """One SparkSession for the whole test session (starting one costs ~5-10 s): use this fixture
+    rather than building another session in the same process (``getOrCreate`` would hand back
+    whichever came first, with its settings).
+
+    ``local[2, 2]``: two cores, and a failed task is retried once (``local[2]`` would fail the job
+    on the first task failure, and the sink's exactly-once test needs a real task retry). UI off,
+    2 shuffle partitions, UTC session time zone; Python workers run this interpreter, which has
+    sparklog installed (``PYSPARK_PYTHON``: a session built from Python ignores
+    ``spark.pyspark.python`` and starts workers with ``python3`` otherwise). Delta Lake is configured
+    when its jars are installed (``scripts/install_delta.sh``). The ``sparklog`` data source is
+    registered."""
+    import os
+    import sys
+
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    from pyspark.sql import SparkSession
+
+    import sparklog.datasource
+
+    builder = (
+        SparkSession.builder.master("local[2, 2]")
+        .appName("sparklog-tests")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.pyspark.python", sys.executable)
+        .config("spark.sql.streaming.stopTimeout", "30s")
+    )
+    try:
+        from sparklog.spark_session import delta_jars
+
+        builder = (
+            builder.config("spark.jars", ",".join(delta_jars()))
+            .config("spark.sql.extensions", "io.delta.sql.DeltaSparkSessionExtension")
+            .config("spark.sql.catalog.spark_catalog", "org.apache.spark.sql.delta.catalog.DeltaCatalog")
+        )
+    except (ImportError, FileNotFoundError):
+        pass
+    session = builder.getOrCreate()
+    session.sparkContext.setLogLevel("ERROR")
+    sparklog.datasource.register(session)
+    try:
+        yield session
+    finally:
+        session.stop()
+
+
+@pytest.fixture(scope="session")
+def spark_cluster(zookeeper: EmbeddedZooKeeper, tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
+    """A ``LocalCluster`` (one broker process) under its own chroot of the session's ZooKeeper,
+    shared by the data source tests (each test uses its own topics); ``.zookeeper`` connects."""
+    from sparklog.local_cluster import LocalCluster
+
+    cluster = LocalCluster(
+        tmp_path_factory.mktemp("spark-cluster"),
+        brokers=1,
+        zookeeper=f"{zookeeper.connect_string}/spark-{uuid.uuid4().hex[:8]}",
+    )
+    cluster.start()
+    try:
+        yield cluster
+    finally:
+        cluster.stop()

@@ -21,8 +21,13 @@ def delta_jars() -> list[str]:
 
 
 def local_spark(app: str = "sparklog", master: str = "local[2]", delta: bool = True, **conf: Any) -> Any:
-    """A local SparkSession (UTC, no UI); with ``delta`` the Delta Lake extension and catalog."""
+    """A local SparkSession (UTC, no UI) with the ``sparklog`` data source registered; with
+    ``delta`` the Delta Lake extension and catalog."""
+    import sys
+
     from pyspark.sql import SparkSession
+
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # workers must import sparklog too
 
     builder = (
         SparkSession.builder.master(master)
@@ -39,4 +44,8 @@ def local_spark(app: str = "sparklog", master: str = "local[2]", delta: bool = T
         )
     for key, value in conf.items():
         builder = builder.config(key.replace("_", "."), str(value))
-    return builder.getOrCreate()
+    spark = builder.getOrCreate()
+    from sparklog.datasource import register
+
+    register(spark)
+    return spark

@@ -77,40 +77,20 @@ def sparklog_latency(**options: Any) -> dict[str, Any]:
     return broker_scenarios.latency(**options)
 
 
-def _spark_scenario(*names: str) -> Callable[..., dict[str, Any]]:
-    """A function of ``sparklog.bench.spark_scenarios`` (written alongside): the first of ``names``."""
-    try:
-        from sparklog.bench import spark_scenarios  # type: ignore[attr-defined]
-    except ImportError as exc:
-        raise NotImplementedError("sparklog.bench.spark_scenarios is not there yet") from exc
-    for name in names:
-        function = getattr(spark_scenarios, name, None)
-        if callable(function):
-            return function
-    raise NotImplementedError(f"sparklog.bench.spark_scenarios has none of {names}")
-
-
-def _rows_as_records(result: dict[str, Any]) -> dict[str, Any]:
-    """Spark results may say rows where the broker scenarios say records."""
-    for rows, records in (("rows_per_s", "records_per_s"), ("rows", "records")):
-        if records not in result and rows in result:
-            result[records] = result[rows]
-    return result
-
-
 def sparklog_spark_read(**options: Any) -> dict[str, Any]:
-    """Structured Streaming read of ``records`` rows of a sparklog topic with ``availableNow`` into
-    a ``noop`` sink, rows/s including query start/stop: ``spark_scenarios.spark_read(**options)``
-    must return ``records_per_s`` (the Kafka side: ``kafka_peer.kafka_spark_read``)."""
-    return _rows_as_records(_spark_scenario("spark_read", "read")(**options))
+    """``spark_scenarios.spark_read``: ``availableNow`` read into the noop sink (Kafka side:
+    ``kafka_peer.kafka_spark_read``, the same method with ``format("kafka")``)."""
+    from sparklog.bench import spark_scenarios
+
+    return spark_scenarios.spark_read(**options)
 
 
 def sparklog_spark_write(**options: Any) -> dict[str, Any]:
-    """Structured Streaming write of ``records`` rows to a sparklog topic, rows/s including query
-    start/stop: ``spark_scenarios.spark_write(**options)`` must return ``records_per_s``; to write
-    the very rows the Kafka side writes, use ``kafka_peer.spark_write_source(spark, records,
-    value_bytes)`` as its input."""
-    return _rows_as_records(_spark_scenario("spark_write", "write")(**options))
+    """``spark_scenarios.spark_write``: ``availableNow`` copy of one topic into another through the
+    sparklog sink (Kafka side: ``kafka_peer.kafka_spark_write``, Spark's Kafka source and sink)."""
+    from sparklog.bench import spark_scenarios
+
+    return spark_scenarios.spark_write(**options)
 
 
 SIDES: dict[str, tuple[Callable[..., dict[str, Any]], Callable[..., dict[str, Any]]]] = {
@@ -228,28 +208,43 @@ def _name(scenario: str, key: str, label: str) -> str:
     return f"{label}: {_SHOWN[key][0]}"
 
 
+def _num(value: float) -> str:
+    if value >= 100:
+        return f"{value:.0f}"
+    if value >= 10:
+        return f"{value:.1f}"
+    if value >= 1:
+        return f"{value:.2f}"
+    return f"{value:.3g}"
+
+
+def _cell(result: dict[str, Any], side: str, key: str, div: float) -> str:
+    """The median, and the range over the runs when there are several."""
+    text = _num(result[side][key] / div)
+    runs = [r[key] / div for r in result.get("runs", {}).get(side, []) if key in r]
+    if len(runs) > 1:
+        text += f" ({_num(min(runs))}-{_num(max(runs))})"
+    return text
+
+
 def table_rows(results: Iterable[tuple[str, dict[str, Any]]]) -> list[tuple[str, str, str, str, str]]:
     """(what, sparklog, kafka, ratio, unit) for every compared figure of every result."""
     rows = []
     for label, result in results:
         for key, (_, unit, div) in _SHOWN.items():
             if key in result["ratio"]:
-                s, k = result["sparklog"][key] / div, result["kafka"][key] / div
-                fmt = "{:.2f}" if div > 1 else "{:.2f}"
-                rows.append(
-                    (
-                        _name(result["scenario"], key, label),
-                        fmt.format(s),
-                        fmt.format(k),
-                        f"{result['ratio'][key]:.2f}",
-                        unit,
-                    )
-                )
+                name = _name(result["scenario"], key, label)
+                s, k = _cell(result, "sparklog", key, div), _cell(result, "kafka", key, div)
+                rows.append((name, s, k, f"{result['ratio'][key]:.2f}", unit))
     return rows
 
 
 def markdown_table(results: Iterable[tuple[str, dict[str, Any]]]) -> str:
-    lines = ["| what | sparklog | Kafka | ratio (>1: sparklog better) | unit |", "| --- | ---: | ---: | ---: | --- |"]
+    """Medians with the range over the rounds in parentheses."""
+    lines = [
+        "| what | sparklog median (range) | Kafka median (range) | ratio (>1: sparklog better) | unit |",
+        "| --- | ---: | ---: | ---: | --- |",
+    ]
     lines += [f"| {a} | {b} | {c} | {d} | {e} |" for a, b, c, d, e in table_rows(results)]
     return "\n".join(lines) + "\n"
 
@@ -266,7 +261,7 @@ def make_chart(results: Sequence[tuple[str, dict[str, Any]]], path: str | Path) 
     rows = [(label, r, key) for label, r in results for key in _SHOWN if key in r["ratio"]]
     through = [row for row in rows if _SHOWN[row[2]][2] > 1]
     latency = [row for row in rows if _SHOWN[row[2]][2] == 1]
-    panels = [(through, "million records/s (log scale)", True), (latency, "ms (lower is better)", False)]
+    panels = [(through, "million records/s (log scale)", True), (latency, "ms, lower is better (log scale)", True)]
     panels = [p for p in panels if p[0]]
     heights = [max(1.2, 0.55 * len(p[0])) for p in panels]
     fig, axes = plt.subplots(len(panels), 1, figsize=(10, 1.2 + sum(heights)), gridspec_kw={"height_ratios": heights})

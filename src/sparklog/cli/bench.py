@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 
 from sparklog.cli.common import CliError, add_zookeeper_option
 
@@ -34,6 +35,14 @@ def add_bench(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--compression", choices=["none", "lz4", "zstd"], default=None)
     p.add_argument("--acks", choices=["0", "1", "all"], default=None)
     p.add_argument("--fields", default=None, metavar="F1,F2", help="'consume-fields': the columns to fetch")
+    p.add_argument(
+        "--against",
+        choices=["kafka"],
+        default=None,
+        help="run the same workload on Apache Kafka too (KRaft on loopback, jars from Maven Central via "
+        "benchmarks/fetch_kafka.sh; Spark's Kafka connector for spark-*): prints both and their ratio; "
+        "--repeat then counts interleaved rounds (default 3, medians)",
+    )
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(handler=run_bench)
 
@@ -49,7 +58,22 @@ def run_bench(args: argparse.Namespace) -> int:
         if isinstance(value, int | float) and value <= 0:
             raise CliError(f"--{name} must be positive")
         options[name.replace("-", "_")] = value
-    result = SCENARIOS[args.scenario](**options)
+    if args.against == "kafka":
+        from sparklog.bench import against_kafka
+
+        if args.scenario not in against_kafka.SCENARIOS:
+            raise CliError(
+                f"--against kafka: no Kafka comparison for {args.scenario} (have: {', '.join(against_kafka.SCENARIOS)})"
+            )
+        if options.get("compression", "none") != "none":
+            raise CliError("--against kafka compares uncompressed records: drop --compression")
+        options.pop("compression", None)
+        repeat = options.pop("repeat", 3)
+        result = against_kafka.run(
+            args.scenario, repeat=repeat, log=lambda m: print(m, file=sys.stderr, flush=True), **options
+        )
+    else:
+        result = SCENARIOS[args.scenario](**options)
     if args.json:
         print(json.dumps(result))
     else:

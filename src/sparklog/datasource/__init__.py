@@ -1,1 +1,67 @@
-"""The PySpark Python Data Source ``sparklog``."""
+"""The PySpark Python Data Source ``sparklog``: read topics as DataFrames (batch and streaming) and
+write DataFrames to topics exactly once.
+
+```python
+import sparklog.datasource
+sparklog.datasource.register(spark)
+
+events = (spark.readStream.format("sparklog")
+          .option("zookeeper", "127.0.0.1:2181").option("subscribe", "events")
+          .option("startingOffsets", "earliest").option("group", "dashboard")
+          .load())                      # key, value, topic, partition, offset, timestamp[, headers]
+(events.selectExpr("key", "upper(cast(value as string)) as value")
+       .writeStream.format("sparklog").option("topic", "events-upper")
+       .option("checkpointLocation", "/tmp/ckpt").trigger(availableNow=True).start())
+```
+
+Read options (Kafka connector names): ``zookeeper`` (default ``$SPARKLOG_ZOOKEEPER`` or
+``127.0.0.1:2181``); one of ``subscribe`` / ``topic`` (comma list) or ``subscribePattern`` (regex,
+new matching topics and partitions are picked up); ``startingOffsets`` (``earliest``, ``latest``,
+``group``, or JSON ``{"topic": {"0": 23}}`` with -2 = earliest, -1 = latest; partitions left out
+start at earliest; default ``latest`` for streams, ``earliest`` for batch) or ``startingTimestamp``
+(ms or ISO-8601); batch only: ``endingOffsets`` (``latest`` or JSON) or ``endingTimestamp``;
+``maxRecordsPerTrigger`` (stream admission control, also honoured by ``Trigger.AvailableNow``);
+``minPartitions`` (split large offset ranges); ``group`` (commit each finished micro-batch's end
+offsets to ZooKeeper, see :mod:`sparklog.datasource.stream_reader`; ``startingOffsets=group`` resumes
+from them, from the earliest offset where nothing is committed); ``failOnDataLoss`` (default true:
+fail when retention deleted offsets before they were read; false: skip ahead with a warning;
+compaction gaps are never data loss); ``includeHeaders`` (default false); ``fields`` (typed topics:
+comma-separated value fields, nested as ``address.zip``; the broker sends only those).
+
+Schema: ``key`` binary, ``value`` binary (or, for typed topics, a struct of the latest value schema
+version, see :mod:`sparklog.datasource.typed`), ``topic`` string, ``partition`` int, ``offset`` long,
+``timestamp`` timestamp, and ``headers`` array<struct<key string, value binary>> with
+``includeHeaders``. Reads yield Arrow record batches (one input partition per topic partition and
+offset range; ``minPartitions`` splits large ranges).
+
+Write options: ``zookeeper``, ``topic`` (default for rows without a ``topic`` column),
+``batchRecords`` (rows per stored batch, default 10000), ``stagingTopic`` (default
+``__sparklog_staging``). Input columns ``value`` (binary or string) and optional ``key``,
+``partition``, ``headers``, ``timestamp``, ``topic``; target topics must exist and be plain (not
+typed). The sink is exactly-once: see :mod:`sparklog.datasource.writer`.
+
+Unknown options, and options that contradict each other, fail at ``load()`` (reads) or
+``save()``/``start()`` (writes) with a message naming the option; options that only apply to batch
+reads or only to streams fail when the read is planned or the query starts.
+
+Spark's Python workers must be able to import ``sparklog``: set ``PYSPARK_PYTHON`` to an interpreter
+that has it before the session starts (``os.environ.setdefault("PYSPARK_PYTHON", sys.executable)``).
+A session built from Python takes its workers' interpreter from that variable (default ``python3``);
+setting ``spark.pyspark.python`` on the builder does not change it.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from sparklog.datasource.source import SparklogDataSource
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+__all__ = ["SparklogDataSource", "register"]
+
+
+def register(spark: SparkSession) -> None:
+    """Make ``format("sparklog")`` available in this Spark session."""
+    spark.dataSource.register(SparklogDataSource)

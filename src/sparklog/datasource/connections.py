@@ -8,12 +8,14 @@ first use and dropped if the process was forked after creating them.
 
 from __future__ import annotations
 
+import collections
 import concurrent.futures
 import logging
 import os
+import re
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, TypeVar
 
 import pyarrow as pa
@@ -22,7 +24,7 @@ import pyarrow.flight as flight
 from sparklog import wire
 from sparklog.client.cluster_client import ClusterClient
 from sparklog.coordination.cluster import BrokerInfo
-from sparklog.errors import BrokerNotAvailable, NotLeader, SparklogError
+from sparklog.errors import BrokerNotAvailable, SparklogError
 from sparklog.records import wire_schema
 
 log = logging.getLogger("sparklog.datasource")
@@ -48,7 +50,7 @@ def cluster_client(zookeeper: str) -> ClusterClient:
         _check_fork()
         client = _clients.get(zookeeper)
         if client is None:
-            client = _clients[zookeeper] = ClusterClient(zookeeper, retries=20, retry_backoff_s=0.1)
+            client = _clients[zookeeper] = ClusterClient(zookeeper)
         return client
 
 
@@ -57,6 +59,19 @@ def close_cluster_client(zookeeper: str) -> None:
         client = _clients.pop(zookeeper, None)
     if client is not None:
         client.close()
+
+
+def close_all() -> None:
+    """Close this process's cached clients (a process that outlives the cluster should call this
+    first: a ZooKeeper client whose server is gone keeps retrying, and blocks the process's exit)."""
+    with _lock:
+        clients, flights = list(_clients.values()), list(_flights.values())
+        _clients.clear()
+        _flights.clear()
+    for client in clients:
+        client.close()
+    for f in flights:
+        f.close()
 
 
 def flight_client(location: str) -> flight.FlightClient:
@@ -79,7 +94,12 @@ def typed(exc: BaseException, where: str) -> SparklogError:
     if isinstance(exc, SparklogError):
         return exc
     if isinstance(exc, flight.FlightError):
-        return wire.from_flight_error(exc, where)
+        error = wire.from_flight_error(exc, where)
+        if type(error) is SparklogError:  # a code this process has no class for: keep the code
+            found = re.search(r"sparklog:([A-Z_]+):", str(exc))
+            if found:
+                error.code = found.group(1)
+        return error
     if isinstance(exc, OSError | pa.ArrowException):
         return BrokerNotAvailable(f"{where}: {exc}")
     raise exc
@@ -118,15 +138,23 @@ def fetch(
     offset: int,
     max_bytes: int,
     leader_hint: str | None = None,
+    fields: Sequence[str] | None = None,
 ) -> Iterator[pa.RecordBatch]:
     """Stored record batches of a partition from the batch holding ``offset`` on (about ``max_bytes``
     of them; the first may start before ``offset``), from its leader: first the ``leader_hint``
     location (no ZooKeeper needed), then whatever ZooKeeper says, following NotLeader and unreachable
     brokers like :meth:`ClusterClient.call_leader`. Errors before the first batch are retried here;
     a stream that breaks later raises (the caller resumes from the offset it reached)."""
-    ticket = flight.Ticket(
-        wire.encode({"topic": topic, "partition": partition, "offset": offset, "max_bytes": max_bytes, "max_wait_ms": 0})
-    )
+    request: dict[str, Any] = {
+        "topic": topic,
+        "partition": partition,
+        "offset": offset,
+        "max_bytes": max_bytes,
+        "max_wait_ms": 0,
+    }
+    if fields:
+        request["fields"] = list(fields)  # typed topics: the broker sends only these value fields
+    ticket = flight.Ticket(wire.encode(request))
 
     def open_stream(client: flight.FlightClient) -> tuple[flight.FlightStreamReader, pa.RecordBatch | None]:
         reader = client.do_get(ticket)
@@ -158,63 +186,162 @@ def fetch(
             chunk = reader.read_chunk()
         except StopIteration:
             return
+        except (flight.FlightError, OSError, pa.ArrowException) as exc:
+            raise typed(exc, f"the leader of {topic}-{partition}") from None
         if chunk.data is not None:
             yield chunk.data
 
 
 # ----------------------------------------------------------------------------------------- producing
-class PutStream:
-    """An open ``do_put`` stream to one partition's leader, acknowledged batch by batch: each
-    ``send`` is one stored batch; returns its (base, last) offsets."""
+Ack = tuple[Any, int, int, int]  # (tag, base offset, last offset, rows); offsets -1 if stored earlier
 
-    def __init__(self, client: ClusterClient, topic: str, partition: int, acks: str = "all") -> None:
+
+class PutStream:
+    """An open ``do_put`` stream to one partition's leader that keeps up to ``window`` batches in
+    flight (acknowledgements are read behind the writes, so the round trip is not paid per batch).
+    Each batch becomes one stored batch.
+
+    With a ``producer_id`` every batch carries its first ``sequence``: the leader answers a batch
+    it already stored with the original offsets instead of appending it again (the idempotent
+    producer), so after any failure the unacknowledged batches are simply sent again with the same
+    sequences; ``already_stored(error)`` recognises the leader's answer for a repeat older than the
+    few batches it remembers (such a batch is acknowledged with offsets -1). Without a producer id a
+    retry may store a batch twice: fine only for data whose duplicates do not matter (staged rows,
+    which are referenced by the exact offsets acknowledged)."""
+
+    def __init__(
+        self,
+        client: ClusterClient,
+        topic: str,
+        partition: int,
+        acks: str = "all",
+        producer_id: int = -1,
+        window: int = 8,
+        timeout_s: float = 120.0,
+        already_stored: Callable[[SparklogError], bool] | None = None,
+    ) -> None:
         self.client = client
         self.topic = topic
         self.partition = partition
         self.acks = acks
+        self.producer_id = producer_id
+        self.window = max(1, window)
+        self.timeout_s = timeout_s
+        self.already_stored = already_stored
+        self._inflight: collections.deque[tuple[Any, pa.RecordBatch, int]] = collections.deque()
         self._writer: flight.FlightStreamWriter | None = None
         self._reader: flight.FlightMetadataReader | None = None
         self._broker: BrokerInfo | None = None
 
+    @property
+    def where(self) -> str:
+        broker = self._broker
+        return f"broker {broker.broker_id if broker else '?'} ({self.topic}-{self.partition})"
+
+    # ------------------------------------------------------------------ raw stream
     def _open(self, refresh: bool) -> None:
         broker = self.client.leader(self.topic, self.partition, refresh=refresh)
-        command = {"type": wire.PRODUCE, "topic": self.topic, "partition": self.partition, "acks": self.acks}
+        command = {
+            "type": wire.PRODUCE,
+            "topic": self.topic,
+            "partition": self.partition,
+            "acks": self.acks,
+            "producer_id": self.producer_id,
+        }
         descriptor = flight.FlightDescriptor.for_command(wire.encode(command))
         self._writer, self._reader = self.client.flight(broker).do_put(descriptor, wire_schema())
         self._broker = broker
 
-    def send_once(self, batch: pa.RecordBatch, refresh: bool = False) -> tuple[int, int]:
-        """One attempt; any failure raises a typed error and leaves the stream closed (whether the
-        batch was stored is then unknown unless the error says NotLeader)."""
-        try:
-            if self._writer is None:
-                self._open(refresh)
-            assert self._writer is not None and self._reader is not None
+    def _write(self, batch: pa.RecordBatch, sequence: int, refresh: bool = False) -> None:
+        if self._writer is None:
+            self._open(refresh)
+        assert self._writer is not None
+        if sequence >= 0:
+            self._writer.write_with_metadata(batch, pa.py_buffer(wire.encode({"sequence": sequence})))
+        else:
             self._writer.write_batch(batch)
-            ack = self._reader.read()
-            if ack is None:
-                raise BrokerNotAvailable("the broker closed the produce stream without an acknowledgement")
-            result = wire.decode(ack)
-            return int(result["base_offset"]), int(result["last_offset"])
-        except BaseException as exc:
-            broker = self._broker
-            self.close()
-            error = typed(exc, f"broker {broker.broker_id if broker else '?'} ({self.topic}-{self.partition})")
-            if isinstance(error, BrokerNotAvailable) and broker is not None:
-                self.client.forget(broker)
-            raise error from None
 
-    def send(self, batch: pa.RecordBatch, retries: int = 20, backoff_s: float = 0.1) -> tuple[int, int]:
-        """Send, retrying retriable failures (a retry may store the batch twice: only for data whose
-        duplicates do not matter, such as staged rows referenced by exact offsets)."""
-        for attempt in range(retries + 1):
-            try:
-                return self.send_once(batch, refresh=attempt > 0)
-            except SparklogError as exc:
-                if not exc.retriable or attempt == retries:
-                    raise
-                time.sleep(backoff_s if attempt else 0)
-        raise NotLeader(f"no leader for {self.topic}-{self.partition}")
+    def _read_ack(self) -> tuple[int, int]:
+        assert self._reader is not None and self._writer is not None
+        ack = self._reader.read()
+        if ack is None:  # the broker ended the call: its error (if any) comes with closing it
+            writer, self._writer = self._writer, None
+            writer.done_writing()
+            writer.close()
+            raise BrokerNotAvailable("the broker closed the produce stream without an acknowledgement")
+        result = wire.decode(ack)
+        return int(result["base_offset"]), int(result["last_offset"])
+
+    def _fail(self, exc: BaseException) -> SparklogError:
+        """Close the stream; the failure as a typed error."""
+        broker = self._broker
+        self.close()
+        error = typed(exc, self.where)
+        if isinstance(error, BrokerNotAvailable) and broker is not None:
+            self.client.forget(broker)
+        return error
+
+    # ------------------------------------------------------------------ sending
+    def submit(self, batch: pa.RecordBatch, sequence: int = -1, tag: Any = None) -> list[Ack]:
+        """Send a batch; returns the acknowledgements that arrived meanwhile (in sending order)."""
+        self._inflight.append((tag, batch, sequence))
+        done: list[Ack] = []
+        try:
+            self._write(batch, sequence)
+            while len(self._inflight) >= self.window:
+                base, last = self._read_ack()
+                t, b, _ = self._inflight.popleft()
+                done.append((t, base, last, b.num_rows))
+        except Exception as exc:  # noqa: BLE001 - typed and classified in _recover
+            done.extend(self._recover(self._fail(exc)))
+        return done
+
+    def flush(self) -> list[Ack]:
+        """Wait for every batch in flight; their acknowledgements."""
+        done: list[Ack] = []
+        try:
+            while self._inflight:
+                base, last = self._read_ack()
+                t, b, _ = self._inflight.popleft()
+                done.append((t, base, last, b.num_rows))
+        except Exception as exc:  # noqa: BLE001
+            done.extend(self._recover(self._fail(exc)))
+        return done
+
+    def send(self, batch: pa.RecordBatch, sequence: int = -1) -> tuple[int, int]:
+        """One batch, acknowledged."""
+        done = self.submit(batch, sequence) + self.flush()
+        return done[-1][1], done[-1][2]
+
+    def _recover(self, error: SparklogError) -> list[Ack]:
+        """After a failure: send every unacknowledged batch again, one at a time and in order, each
+        retried (retriable errors, with backoff) until ``timeout_s``."""
+        pending = list(self._inflight)
+        self._inflight.clear()
+        stored = self.already_stored
+        if not error.retriable and not (stored is not None and stored(error)):
+            raise error
+        deadline = time.monotonic() + self.timeout_s
+        done: list[Ack] = []
+        for tag, batch, sequence in pending:
+            backoff = 0.05
+            while True:
+                try:
+                    self._write(batch, sequence, refresh=True)
+                    base, last = self._read_ack()
+                    done.append((tag, base, last, batch.num_rows))
+                    break
+                except Exception as exc:  # noqa: BLE001
+                    error = self._fail(exc)
+                if stored is not None and stored(error):
+                    done.append((tag, -1, -1, batch.num_rows))
+                    break
+                if not error.retriable or time.monotonic() + backoff > deadline:
+                    raise error
+                log.info("sparklog: resending to %s-%s after: %s", self.topic, self.partition, error)
+                time.sleep(backoff)
+                backoff = min(backoff * 2, 1.0)
+        return done
 
     def close(self) -> None:
         writer, self._writer, self._reader = self._writer, None, None

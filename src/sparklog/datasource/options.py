@@ -189,6 +189,7 @@ class ReadOptions:
     group: str | None
     fail_on_data_loss: bool
     include_headers: bool
+    fields: tuple[str, ...] | None  # typed topics: the value fields to fetch
     given: frozenset[str]  # lower-cased names the user set
 
     def has(self, name: str) -> bool:
@@ -251,8 +252,14 @@ def parse_read_options(options: Mapping[str, Any]) -> ReadOptions:
     else:
         subscription = Subscription(topics=_topics(chosen[0], opts[chosen[0].lower()]))
 
+    fields = None
     if "fields" in opts:
-        raise _fail("fields", "needs a typed topic (an Avro value schema), which this version does not have yet")
+        from sparklog.schemas.projection import parse_fields
+
+        try:
+            fields = tuple(parse_fields(opts["fields"]))
+        except InvalidRequest as exc:
+            raise _fail("fields", str(exc)) from None
 
     group = opts.get("group")
     if group is not None and not GROUP_NAME.match(group):
@@ -305,6 +312,7 @@ def parse_read_options(options: Mapping[str, Any]) -> ReadOptions:
         group=group,
         fail_on_data_loss=_bool(opts, "failOnDataLoss", True),
         include_headers=_bool(opts, "includeHeaders", False),
+        fields=fields,
         given=frozenset(opts),
     )
 

@@ -1,0 +1,211 @@
+"""``sparklog bench spark-read|spark-write``: Structured Streaming through the ``sparklog`` data
+source, against a local cluster (embedded ZooKeeper + one broker process) on this machine.
+
+* ``spark_read``: ``records`` records of ``value_bytes`` are produced (not timed) into a topic of
+  ``partitions`` partitions; a ``Trigger.AvailableNow`` query reads them all into Spark's ``noop``
+  sink. Timed from ``start()`` to the end of the query (query start and stop included, as a user
+  sees it), best of ``repeat`` runs after a small warm-up query.
+* ``spark_write``: the same topic is copied by a streaming query (``availableNow`` read of the
+  source, ``writeStream.format("sparklog")`` into a second topic): every row goes through the
+  exactly-once sink (staged, then published). Timed from ``start()`` to the end; the target topic
+  is checked to hold exactly ``records`` rows.
+
+Spark runs ``local[cores]`` (default 2) in this process; its Python workers use this interpreter.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+import time
+from typing import Any
+
+import pyarrow as pa
+
+from sparklog.bench.append import make_values
+from sparklog.client.admin import Admin
+from sparklog.client.producer import Producer
+from sparklog.local_cluster import LocalCluster
+
+SOURCE = "bench-spark"
+TARGET = "bench-spark-out"
+
+
+def _spark(cores: int) -> tuple[Any, bool]:
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    from pyspark.sql import SparkSession
+
+    import sparklog.datasource
+
+    existing = SparkSession.getActiveSession()
+    session = existing or (
+        SparkSession.builder.master(f"local[{cores}]")
+        .appName("sparklog-bench")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", str(cores))
+        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.pyspark.python", sys.executable)
+        .config("spark.driver.memory", "4g")
+        .getOrCreate()
+    )
+    session.sparkContext.setLogLevel("ERROR")
+    sparklog.datasource.register(session)
+    return session, existing is None
+
+
+def _fill(zookeeper: str, topic: str, records: int, value_bytes: int, partitions: int, batch_records: int) -> int:
+    batch = pa.record_batch({"value": make_values(batch_records, value_bytes)})
+    batches = max(1, records // batch_records)
+    with Producer(zookeeper, acks="1", batch_records=batch_records) as producer:
+        for i in range(batches):
+            producer.send_batch(topic, batch, partition=i % partitions)
+    return batches * batch_records
+
+
+def _run(query: Any) -> float:
+    start = time.perf_counter()
+    query.awaitTermination()
+    took = time.perf_counter() - start
+    if query.exception() is not None:
+        raise RuntimeError(f"benchmark query failed: {query.exception()}")
+    return took
+
+
+def _read_query(spark: Any, zookeeper: str, topic: str, checkpoint: str) -> Any:
+    return (
+        spark.readStream.format("sparklog")
+        .option("zookeeper", zookeeper)
+        .option("subscribe", topic)
+        .option("startingOffsets", "earliest")
+        .load()
+        .writeStream.format("noop")
+        .option("checkpointLocation", checkpoint)
+        .trigger(availableNow=True)
+        .start()
+    )
+
+
+def spark_read(
+    records: int = 10_000_000,
+    value_bytes: int = 100,
+    partitions: int = 6,
+    batch_records: int = 10_000,
+    repeat: int = 3,
+    cores: int = 2,
+    **_: Any,
+) -> dict[str, Any]:
+    """Streaming (availableNow) read of ``records`` records into the noop sink."""
+    from sparklog.datasource import connections
+
+    spark, own = _spark(cores)
+    times: list[float] = []
+    with tempfile.TemporaryDirectory(prefix="sparklog-bench-") as tmp:
+        cluster = LocalCluster(os.path.join(tmp, "cluster"), brokers=1).start()
+        try:
+            with Admin(cluster.zookeeper) as admin:
+                admin.create_topic(SOURCE, partitions, 1)
+                admin.create_topic("warmup", partitions, 1)
+            _fill(cluster.zookeeper, "warmup", 20 * batch_records, value_bytes, partitions, batch_records)
+            total = _fill(cluster.zookeeper, SOURCE, records, value_bytes, partitions, batch_records)
+            _run(_read_query(spark, cluster.zookeeper, "warmup", os.path.join(tmp, "ckpt-warmup")))
+            for i in range(repeat):
+                query = _read_query(spark, cluster.zookeeper, SOURCE, os.path.join(tmp, f"ckpt-{i}"))
+                took = _run(query)
+                rows = sum(p["numInputRows"] for p in query.recentProgress)
+                if rows != total:
+                    raise AssertionError(f"the query read {rows} rows, the topic holds {total}")
+                times.append(took)
+        finally:
+            connections.close_all()
+            cluster.stop()
+            if own:
+                spark.stop()
+    best = min(times)
+    return {
+        "scenario": "spark-read",
+        "records": total,
+        "value_bytes": value_bytes,
+        "partitions": partitions,
+        "cores": cores,
+        "seconds": round(best, 3),
+        "seconds_all": [round(t, 3) for t in times],
+        "rows_per_s": round(total / best),
+        "read_records_per_s": round(total / best),
+        "records_per_s": round(total / best),
+        "mb_per_s": round(total * value_bytes / best / 1e6, 1),
+    }
+
+
+def spark_write(
+    records: int = 10_000_000,
+    value_bytes: int = 100,
+    partitions: int = 6,
+    batch_records: int = 10_000,
+    repeat: int = 1,
+    cores: int = 2,
+    **_: Any,
+) -> dict[str, Any]:
+    """Streaming copy of ``records`` rows from one topic to another through the exactly-once sink."""
+    from sparklog.datasource import connections
+
+    spark, own = _spark(cores)
+    times: list[float] = []
+    with tempfile.TemporaryDirectory(prefix="sparklog-bench-") as tmp:
+        cluster = LocalCluster(os.path.join(tmp, "cluster"), brokers=1).start()
+        zk = cluster.zookeeper
+        try:
+            with Admin(zk) as admin:
+                admin.create_topic(SOURCE, partitions, 1)
+                admin.create_topic("warmup", partitions, 1)
+                admin.create_topic("warmup-out", partitions, 1)
+                for i in range(repeat):
+                    admin.create_topic(f"{TARGET}-{i}", partitions, 1)
+            _fill(zk, "warmup", 20 * batch_records, value_bytes, partitions, batch_records)
+            total = _fill(zk, SOURCE, records, value_bytes, partitions, batch_records)
+
+            def copy(source: str, target: str, checkpoint: str) -> Any:
+                return (
+                    spark.readStream.format("sparklog")
+                    .option("zookeeper", zk)
+                    .option("subscribe", source)
+                    .option("startingOffsets", "earliest")
+                    .load()
+                    .select("value")
+                    .writeStream.format("sparklog")
+                    .option("zookeeper", zk)
+                    .option("topic", target)
+                    .option("checkpointLocation", checkpoint)
+                    .trigger(availableNow=True)
+                    .start()
+                )
+
+            _run(copy("warmup", "warmup-out", os.path.join(tmp, "ckpt-warmup")))
+            commit_ms = []
+            for i in range(repeat):
+                query = copy(SOURCE, f"{TARGET}-{i}", os.path.join(tmp, f"ckpt-{i}"))
+                times.append(_run(query))
+                commit_ms.append(sum(p["durationMs"].get("addBatch", 0) for p in query.recentProgress))
+                client = connections.cluster_client(zk)
+                written = sum(client.list_offsets(f"{TARGET}-{i}", p)["high_watermark"] for p in range(partitions))
+                if written != total:
+                    raise AssertionError(f"the sink wrote {written} rows for {total}")
+        finally:
+            connections.close_all()
+            cluster.stop()
+            if own:
+                spark.stop()
+    best = min(times)
+    return {
+        "scenario": "spark-write",
+        "records": total,
+        "value_bytes": value_bytes,
+        "partitions": partitions,
+        "cores": cores,
+        "seconds": round(best, 3),
+        "seconds_all": [round(t, 3) for t in times],
+        "add_batch_ms": commit_ms,
+        "rows_per_s": round(total / best),
+        "records_per_s": round(total / best),
+        "mb_per_s": round(total * value_bytes / best / 1e6, 1),
+    }

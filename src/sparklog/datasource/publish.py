@@ -1,0 +1,365 @@
+"""Publishing a staged batch exactly once (the driver side of the sink; design in
+:mod:`sparklog.datasource.writer`).
+
+The state of a sink lives in one znode, ``<root>/sinks/<sink id>`` (the sink id is the streaming
+query's id; batch writes use ``batch-<uuid>`` and delete theirs when done), as JSON::
+
+    {"batch": 7, "state": "publishing" | "published",
+     "next_seq": {"topic": {"<partition>/<staging partition>": 120000, ...}},  # where the next batch's
+                                                                                # sequence numbers start
+     "intent": {"staging_topic": ..., "targets": [[topic, partition, [[staging partition, first, last], ...]], ...]},
+     "published": {"topic": {"<partition>": [first offset, last offset, rows], ...}}}
+
+``intent`` is present while ``publishing``; ``published`` after. Every change is a versioned
+ZooKeeper ``set``: a second writer of the same sink (two runs of one query) fails instead of
+interleaving. The producer id of a (sink, topic, partition, staging partition) is a hash of the four,
+so a restarted driver uses the same one and numbers every slice the same way, and the leader's
+idempotent-producer state recognises the slices it already stored.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import logging
+import os
+import threading
+import zlib
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pyarrow as pa
+from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
+
+from sparklog.datasource import connections
+from sparklog.datasource.options import WriteOptions
+from sparklog.errors import OffsetOutOfRange, SparklogError
+
+if TYPE_CHECKING:
+    from sparklog.client.cluster_client import ClusterClient
+    from sparklog.datasource.writer import SparklogCommitMessage
+
+log = logging.getLogger("sparklog.datasource")
+
+PUBLISH_TIMEOUT_S = 120.0
+_ZLIB = b"zlib:"
+
+
+class SinkConflict(SparklogError):
+    """Another writer changed this sink's state meanwhile (two runs of the same query)."""
+
+    code = "SINK_CONFLICT"
+
+
+def sink_path(client: ClusterClient, sink_id: str) -> str:
+    return f"{client.cluster.layout.root}/sinks/{sink_id}"
+
+
+def producer_id(sink_id: str, topic: str, partition: int, stage_partition: int) -> int:
+    """The idempotent-producer id of one sink's writes to one partition from one staging partition
+    (stable across restarts)."""
+    digest = hashlib.sha256(f"sparklog-sink/{sink_id}/{topic}/{partition}/{stage_partition}".encode()).digest()
+    return int.from_bytes(digest[:8], "big") & ((1 << 62) - 1)
+
+
+def seq_key(partition: int, stage_partition: int) -> str:
+    """Key of a producer's next sequence number in the sink state: "<partition>/<staging partition>"."""
+    return f"{partition}/{stage_partition}"
+
+
+# ----------------------------------------------------------------------------------------- state
+def _decode(data: bytes) -> dict[str, Any]:
+    if data.startswith(_ZLIB):
+        data = zlib.decompress(data[len(_ZLIB) :])
+    return json.loads(data)
+
+
+def _encode(state: dict[str, Any]) -> bytes:
+    raw = json.dumps(state, separators=(",", ":")).encode()
+    return _ZLIB + zlib.compress(raw) if len(raw) > 256 << 10 else raw
+
+
+def read_state(client: ClusterClient, sink_id: str) -> tuple[dict[str, Any] | None, int | None]:
+    try:
+        data, stat = client.cluster.zk.get(sink_path(client, sink_id))
+    except NoNodeError:
+        return None, None
+    return _decode(data), stat.version
+
+
+def _write_state(client: ClusterClient, sink_id: str, state: dict[str, Any], version: int | None) -> int:
+    zk, path = client.cluster.zk, sink_path(client, sink_id)
+    try:
+        if version is None:
+            zk.create(path, _encode(state), makepath=True)
+            return 0
+        return zk.set(path, _encode(state), version=version).version
+    except (BadVersionError, NodeExistsError):
+        raise SinkConflict(
+            f"sparklog sink {sink_id}: its state in ZooKeeper ({path}) changed under this commit; "
+            "is another run of the same query writing?"
+        ) from None
+
+
+# ----------------------------------------------------------------------------------------- intent
+Targets = list[tuple[str, int, list[tuple[int, int, int]]]]
+
+
+def intent_from_messages(messages: Sequence[SparklogCommitMessage]) -> tuple[str | None, Targets]:
+    """Slices per target partition, in staging order (staging partition, then offset): the order
+    they are published in (a task's slices of one partition keep their order)."""
+    by_target: dict[tuple[str, int], list[tuple[int, int, int]]] = {}
+    staging = None
+    for message in messages:
+        staging = staging or message.staging_topic
+        for topic, partition, stage_partition, first, last in message.slices:
+            by_target.setdefault((topic, partition), []).append((stage_partition, first, last))
+    return staging, [(t, p, sorted(slices)) for (t, p), slices in sorted(by_target.items())]
+
+
+def _targets_json(staging: str | None, targets: Targets) -> dict[str, Any]:
+    return {"staging_topic": staging, "targets": [[t, p, [list(s) for s in slices]] for t, p, slices in targets]}
+
+
+def _targets_from_json(intent: dict[str, Any]) -> tuple[str, Targets]:
+    return intent["staging_topic"], [(t, int(p), [tuple(s) for s in slices]) for t, p, slices in intent["targets"]]
+
+
+# ----------------------------------------------------------------------------------------- publish
+def publish_batch(
+    options: WriteOptions,
+    sink_id: str,
+    batch_id: int,
+    messages: Sequence[SparklogCommitMessage],
+    forget: bool,
+) -> None:
+    """Publish one batch's staged slices exactly once (see the module docs)."""
+    _crash_point(options, "start")
+    client = connections.cluster_client(options.zookeeper)
+    state, version = read_state(client, sink_id)
+    if state is not None and (
+        state["batch"] > batch_id or (state["batch"] == batch_id and state["state"] == "published")
+    ):
+        log.warning("sparklog sink %s: batch %s was published before; skipping its re-run", sink_id, batch_id)
+        return
+    if state is not None and state["batch"] < batch_id and state["state"] == "publishing":
+        # an earlier batch was left half-published and Spark moved on without this sink hearing of
+        # it again (cannot happen while tasks report the query id): finish it first
+        log.warning("sparklog sink %s: finishing batch %s before batch %s", sink_id, state["batch"], batch_id)
+        publish_batch(options, sink_id, state["batch"], [], forget=False)
+        state, version = read_state(client, sink_id)
+    next_seq: dict[str, dict[str, int]] = (state or {}).get("next_seq", {})
+    if state is not None and state["batch"] == batch_id and state["state"] == "publishing":
+        staging, targets = _targets_from_json(state["intent"])
+        log.warning("sparklog sink %s: finishing batch %s, found half-published", sink_id, batch_id)
+    else:
+        staging, targets = intent_from_messages(messages)
+        if not targets:
+            return
+        intent_state = {
+            "batch": batch_id,
+            "state": "publishing",
+            "next_seq": next_seq,
+            "intent": _targets_json(staging, targets),
+        }
+        version = _write_state(client, sink_id, intent_state, version)
+        _crash_point(options, "intent")
+
+    assert staging is not None
+    publisher = _Publisher(client, options, sink_id, staging, targets, next_seq)
+    publisher.run()
+    published: dict[str, dict[str, list[int]]] = {}
+    for (topic, partition), rows in sorted(publisher.rows.items()):
+        first, last = publisher.span.get((topic, partition), (-1, -1))
+        published.setdefault(topic, {})[str(partition)] = [first, last, rows]
+    next_seq = publisher.next_seq
+    if forget:
+        with contextlib.suppress(NoNodeError, BadVersionError):
+            client.cluster.zk.delete(sink_path(client, sink_id), version=version if version is not None else -1)
+        return
+    _write_state(
+        client,
+        sink_id,
+        {"batch": batch_id, "state": "published", "next_seq": next_seq, "published": published},
+        version,
+    )
+    _crash_point(options, "published")
+
+
+class _Publisher:
+    """Copies the staged slices to their partitions: one thread per staging partition reads it once,
+    in offset order over the span of the slices it holds (skipping rows no slice references, such as
+    failed task attempts'), and sends each slice to its target partition on an idempotent produce
+    stream with a few slices in flight. Each (sink, target partition, staging partition) has its own
+    producer id and sequence numbers (consecutive, in offset order), so staging partitions are
+    published in parallel and a re-run numbers every slice the same way."""
+
+    def __init__(
+        self,
+        client: ClusterClient,
+        options: WriteOptions,
+        sink_id: str,
+        staging: str,
+        targets: Targets,
+        next_seq: dict[str, dict[str, int]],
+    ) -> None:
+        self.client = client
+        self.options = options
+        self.sink_id = sink_id
+        self.staging = staging
+        self.next_seq = {t: dict(seqs) for t, seqs in next_seq.items()}
+        self.wanted: dict[int, list[tuple[int, int, tuple[str, int], int]]] = {}
+        self.rows: dict[tuple[str, int], int] = {}
+        self.span: dict[tuple[str, int], tuple[int, int]] = {}
+        self._lock = threading.Lock()
+        for topic, partition, slices in targets:
+            self.rows[(topic, partition)] = 0
+            for stage_partition, first, last in slices:
+                key = seq_key(partition, stage_partition)
+                seq = self.next_seq.setdefault(topic, {}).get(key, 0)
+                self.wanted.setdefault(stage_partition, []).append((first, last, (topic, partition), seq))
+                self.next_seq[topic][key] = seq + last - first + 1
+
+    def run(self) -> None:
+        errors: list[BaseException] = []
+
+        def one(stage_partition: int) -> None:
+            try:
+                self._copy(stage_partition, sorted(self.wanted[stage_partition]))
+            except BaseException as exc:
+                errors.append(exc)
+
+        threads = [
+            threading.Thread(target=one, args=(sp,), name=f"sparklog-publish-{sp}", daemon=True)
+            for sp in sorted(self.wanted)
+        ]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        if errors:
+            raise errors[0]
+
+    def _record(self, acks: list[connections.Ack]) -> None:
+        with self._lock:
+            for target, base, last, count in acks:
+                self.rows[target] += count
+                if base >= 0:
+                    first, end = self.span.get(target, (base, last))
+                    self.span[target] = (min(first, base), max(end, last))
+
+    def _copy(self, stage_partition: int, wanted: list[tuple[int, int, tuple[str, int], int]]) -> None:
+        streams: dict[tuple[str, int], connections.PutStream] = {}
+
+        def stream_for(target: tuple[str, int]) -> connections.PutStream:
+            stream = streams.get(target)
+            if stream is None:
+                topic, partition = target
+                stream = streams[target] = connections.PutStream(
+                    self.client,
+                    topic,
+                    partition,
+                    acks="all",
+                    producer_id=producer_id(self.sink_id, topic, partition, stage_partition),
+                    window=8,
+                    timeout_s=PUBLISH_TIMEOUT_S,
+                    already_stored=_already_stored,
+                )
+            return stream
+
+        try:
+            for target, data, sequence in self._staged_slices(stage_partition, wanted):
+                stream = stream_for(target)
+                self._record(stream.submit(data, sequence, tag=target))
+                if self.options.test_crash_commit is not None and self.options.test_crash_commit[1] == "mid":
+                    self._record(stream.flush())  # test only: die with exactly one slice published
+                    _crash_point(self.options, "mid")
+            for stream in streams.values():
+                self._record(stream.flush())
+        finally:
+            for stream in streams.values():
+                stream.close()
+
+    def _staged_slices(
+        self, stage_partition: int, wanted: list[tuple[int, int, tuple[str, int], int]]
+    ) -> Iterator[tuple[tuple[str, int], pa.RecordBatch, int]]:
+        """Stream the staging partition over the wanted slices' span; each slice whole, in order."""
+        w = 0
+        pieces: list[pa.RecordBatch] = []
+        got = 0
+        offset = wanted[0][0]
+        end = wanted[-1][1]
+        while w < len(wanted):
+            progressed = False
+            try:
+                for stored in connections.fetch(
+                    self.options.zookeeper, self.staging, stage_partition, offset, 16 << 20
+                ):
+                    if stored.num_rows == 0:
+                        continue
+                    column = stored.column(0)
+                    offs = np.frombuffer(
+                        column.buffers()[1], dtype=np.int64, count=len(column), offset=column.offset * 8
+                    )
+                    while w < len(wanted):
+                        first, last, target, sequence = wanted[w]
+                        if offs[-1] < first:
+                            break
+                        lo = int(np.searchsorted(offs, max(first, offset)))
+                        hi = int(np.searchsorted(offs, last + 1))
+                        if hi > lo:
+                            pieces.append(stored.slice(lo, hi - lo))
+                            got += hi - lo
+                        if got == last - first + 1:
+                            data = pieces[0] if len(pieces) == 1 else pa.concat_batches(pieces)
+                            yield target, data.drop_columns(["offset"]), sequence
+                            pieces, got = [], 0
+                            w += 1
+                            continue
+                        if offs[-1] >= last:  # the slice's rows are not all there
+                            raise OffsetOutOfRange(f"staged offsets {first}..{last} are incomplete")
+                        break
+                    if int(offs[-1]) + 1 > offset:
+                        offset = int(offs[-1]) + 1
+                        progressed = True
+                    if w >= len(wanted) or offset > end:
+                        break
+            except OffsetOutOfRange as exc:
+                raise self._gone(stage_partition, wanted[w], exc) from None
+            if not progressed and w < len(wanted):
+                raise self._gone(stage_partition, wanted[w], None)
+
+    def _gone(self, stage_partition: int, slice_: tuple[int, int, tuple[str, int], int], cause: Any) -> SparklogError:
+        first, last, (topic, partition), _ = slice_
+        path = sink_path(self.client, self.sink_id)
+        return OffsetOutOfRange(
+            f"sparklog sink {self.sink_id}: the staged rows for {topic}-{partition} ({self.staging}-{stage_partition} "
+            f"offsets {first}..{last}) are gone ({cause or 'not found'}), probably deleted by the staging topic's "
+            f"retention; the batch cannot be finished exactly once. To go on anyway (its rows may then be "
+            f"written twice), delete the znode {path}"
+        )
+
+
+def _already_stored(error: SparklogError) -> bool:
+    """The leader's answer to a retried batch older than the batches it remembers for the producer."""
+    text = str(error)
+    return (error.code == "OUT_OF_ORDER_SEQUENCE" or "OUT_OF_ORDER_SEQUENCE" in text) and "older" in text
+
+
+# ----------------------------------------------------------------------------------------- tests
+def _crash_point(options: WriteOptions, point: str) -> None:
+    """Test-only (option sparklog.test.crashCommit=<marker>:<point>): the commit process dies at
+    ``point`` -- like a driver killed there -- once (the marker file says it happened)."""
+    crash = options.test_crash_commit
+    if crash is None or crash[1] != point:
+        return
+    marker = crash[0]
+    try:
+        fd = os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+    except FileExistsError:
+        return
+    os.write(fd, f"crashed at {point}\n".encode())
+    os.close(fd)
+    os._exit(17)

@@ -1,0 +1,165 @@
+"""``spark.readStream.format("sparklog")``: offsets, admission control, availableNow, group commits.
+
+Spark calls ``initialOffset``/``latestOffset``/``partitions``/``commit`` in one long-lived driver-side
+Python process (this reader keeps its ZooKeeper session and the availableNow target there), and
+``read`` in executor workers (see :mod:`sparklog.datasource.reader`).
+
+**Group offsets.** With ``option("group", G)`` every finished micro-batch's end offsets are written
+to ZooKeeper at ``consumers/G/offsets/<topic>/<partition>`` (the next offset to read, Kafka's
+convention), so ``sparklog groups describe G`` shows the query's lag, and ``startingOffsets=group``
+resumes from them. They are written from two places: ``commit(end)`` (Spark calls it for a batch
+when it plans the following one) and ``latestOffset(start, ...)``, whose ``start`` is always the end
+of the last batch Spark has finished and recorded in its commit log. Spark calls ``latestOffset``
+once more after the last batch of a ``Trigger.AvailableNow`` run (to learn that nothing is left),
+so that run's final batch is committed too, before the query terminates: no
+``StreamingQueryListener`` is needed. (A query stopped with ``stop()`` between triggers commits its
+last batch when it next starts.) Group commits are advisory: Spark's checkpoint stays the source of
+truth for the query itself.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxRows,
+    SupportsTriggerAvailableNow,
+)
+from pyspark.sql.types import StructType
+
+from sparklog.client.cluster_client import ClusterClient
+from sparklog.datasource import connections, offsets
+from sparklog.datasource.options import ReadOptions, check_stream_read
+from sparklog.datasource.reader import check_schema, plan_partitions, read_range
+from sparklog.errors import InvalidRequest, SparklogError, UnknownTopic
+
+log = logging.getLogger("sparklog.datasource")
+
+
+class SparklogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    def __init__(self, options: ReadOptions, schema: StructType) -> None:
+        check_stream_read(options)
+        self.schema = check_schema(options, schema)
+        self.options = options
+        self._target: offsets.Offsets | None = None  # availableNow: where this run stops
+        self._latest: offsets.Offsets | None = None
+        self._committed: offsets.Offsets | None = None
+
+    # The reader itself is pickled to executors for read(): only options and schema travel.
+    def __getstate__(self) -> dict[str, Any]:
+        return {"options": self.options, "schema": self.schema, "_target": None, "_latest": None, "_committed": None}
+
+    @property
+    def client(self) -> ClusterClient:
+        return connections.cluster_client(self.options.zookeeper)
+
+    def _listed(self, tps: list[offsets.TP]) -> dict[offsets.TP, dict[str, Any]]:
+        """list_offsets of every partition; partitions whose topic vanished are left out."""
+
+        def one(tp: offsets.TP) -> dict[str, Any] | None:
+            try:
+                return self.client.list_offsets(*tp)
+            except UnknownTopic:
+                return None
+
+        results = connections.parallel(one, tps)
+        return {tp: r for tp, r in zip(tps, results, strict=True) if r is not None}
+
+    # ------------------------------------------------------------------------------------------ offsets
+    def initialOffset(self) -> dict:
+        tps = offsets.discover(self.client, self.options.subscription)
+        listed = self._listed(tps)
+        begin = offsets.starting_offsets(self.client, self.options, listed, streaming=True)
+        return offsets.to_json(begin)
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        n = self.options.max_records_per_trigger
+        return ReadMaxRows(n) if n else ReadAllAvailable()
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        tps = offsets.discover(self.client, self.options.subscription)
+        listed = self._listed(tps)
+        self._target = {tp: int(info["high_watermark"]) for tp, info in listed.items()}
+
+    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+        begin = offsets.from_json(start)
+        self._commit_group(begin)  # `start` is the end of the last batch Spark finished
+        tps = sorted(set(offsets.discover(self.client, self.options.subscription)) | set(begin))
+        if self._target is not None:  # availableNow: nothing that arrived after the run began
+            tps = [tp for tp in tps if tp in self._target or tp in begin]
+        listed = self._listed(tps)
+        missing = [tp for tp in begin if tp not in listed]
+        if missing:
+            message = f"sparklog: partitions {', '.join(map(offsets.describe, missing))} no longer exist"
+            if self.options.fail_on_data_loss:
+                raise UnknownTopic(message + "; set failOnDataLoss=false to go on without them")
+            log.warning("%s; going on without them (failOnDataLoss=false)", message)
+        for tp in tps:
+            if tp not in begin and tp in listed:  # a new partition (or topic): from its beginning
+                begin[tp] = int(listed[tp]["log_start_offset"])
+        known = {tp: off for tp, off in begin.items() if tp in listed}
+        checked = offsets.check_data_loss(known, listed, self.options.fail_on_data_loss)
+        latest = {tp: int(listed[tp]["high_watermark"]) for tp in known}
+        self._latest = dict(latest)
+        if self._target is not None:
+            latest = {tp: min(latest[tp], self._target.get(tp, checked[tp])) for tp in latest}
+        latest = {tp: max(latest[tp], checked[tp]) for tp in latest}
+        if isinstance(limit, ReadMaxRows):
+            latest = offsets.limit_rows(checked, latest, limit.max_rows)
+        elif not isinstance(limit, ReadAllAvailable):
+            raise InvalidRequest(f"sparklog supports the read limits ReadMaxRows and ReadAllAvailable, not {limit!r}")
+        # a start that data loss moved stays visible as the start of the next range (partitions()
+        # reads from the log start); partitions that vanished keep their last position
+        end = dict(begin)
+        end.update(latest)
+        return offsets.to_json(end)
+
+    def reportLatestOffset(self) -> dict | None:
+        return offsets.to_json(self._latest) if self._latest is not None else None
+
+    def partitions(self, start: dict, end: dict) -> list[InputPartition]:
+        begin, stop = offsets.from_json(start), offsets.from_json(end)
+        wanted = [tp for tp in stop if stop[tp] > begin.get(tp, -1)]
+        if not wanted:
+            return []
+        listed = self._listed(wanted)
+        for tp in wanted:
+            if tp not in begin and tp in listed:
+                begin[tp] = int(listed[tp]["log_start_offset"])
+        known = {tp: begin[tp] for tp in wanted if tp in listed and tp in begin}
+        checked = offsets.check_data_loss(known, listed, self.options.fail_on_data_loss)
+        stop = {tp: stop[tp] for tp in known}
+        return list(plan_partitions(self.options, self.schema, self.client, checked, stop))
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        return read_range(partition)  # type: ignore[arg-type]
+
+    def commit(self, end: dict) -> None:
+        self._commit_group(offsets.from_json(end))
+
+    def stop(self) -> None:
+        pass
+
+    # ------------------------------------------------------------------------------------------ groups
+    def _commit_group(self, position: offsets.Offsets) -> None:
+        group = self.options.group
+        if group is None or not position:
+            return
+        if self._committed is not None:
+            changed = {tp: off for tp, off in position.items() if self._committed.get(tp) != off}
+        else:
+            changed = dict(position)
+        if not changed:
+            return
+        try:
+            self.client.cluster.commit_offsets(group, changed)
+        except SparklogError as exc:  # advisory: the query's checkpoint is what counts
+            log.warning("sparklog: could not commit offsets of group %s: %s", group, exc)
+            return
+        self._committed = {**(self._committed or {}), **changed}

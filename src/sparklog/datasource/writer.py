@@ -1,0 +1,429 @@
+"""The ``sparklog`` sink: ``df.write.format("sparklog")`` and ``df.writeStream.format("sparklog")``.
+
+Input columns: ``value`` (binary or string, required), optional ``key`` (binary or string),
+``partition`` (int), ``headers`` (array<struct<key string, value binary>> or map<string, binary>),
+``timestamp`` (timestamp or long ms), ``topic`` (string; the ``topic`` option is the default for
+rows without one); an ``offset`` column (as read from sparklog) is ignored. Keyed rows go to the
+partition the producer's key hash picks, so a key always lands in the same partition.
+
+**Exactly-once.** Every row of a micro-batch ends up in its topic exactly once, across task
+retries, speculative tasks, re-runs of a whole micro-batch and restarts of the query from its
+checkpoint (Spark's Kafka sink is only at-least-once). How:
+
+1. *Stage* (tasks, :class:`Stager`): each task appends its rows, grouped by target partition in
+   slices of ``batchRecords`` rows, to a staging topic (``stagingTopic``, default
+   ``__sparklog_staging``, created on first use with ``retention.ms`` of one hour); its commit message
+   lists where each slice landed (staging partition and exact offsets) and which partition it is
+   for. Nothing is visible in the target topic yet. A failed or duplicate task attempt leaves only
+   unreferenced staged rows, which Spark never hands to the commit, and retention deletes.
+2. *Publish* (driver, ``commit(messages, batchId)``, :mod:`sparklog.datasource.publish`): first a
+   *publish intent* for the batch (its slices per target partition, and where each producer's
+   sequence numbers start) is stored in ZooKeeper at ``<root>/sinks/<query id>``; then every slice
+   is copied from the staging topic to its partition through the broker's idempotent producer: the
+   producer id is derived from (query id, topic, partition, staging partition) and each slice
+   carries the sequence number the intent implies. The leader recognises a slice it already stored
+   (a retry after a lost acknowledgement, a leader change, or a crash of the whole commit) and does
+   not append it again. Finally the znode records the batch as published, with the next sequence
+   numbers.
+3. *Re-runs*: a batch whose znode says published is skipped (after a restart Spark re-runs the
+   last batch when it had not recorded its commit itself); a batch found half-published is finished
+   from the stored intent (the original staged rows, not the re-run's) with the same sequence
+   numbers, so the slices already in the topic are recognised.
+
+Order: rows a task writes to one partition keep their order; rows of different tasks interleave.
+Limits: the guarantee covers the rows Spark hands to the sink for a batch id (a query restarted
+from a *new* checkpoint is a new query, and a batch job run twice writes twice; a batch write is
+exactly-once across its task retries). Finishing a half-published batch needs its staged rows
+(kept an hour by default: restart within that, or raise the staging topic's ``retention.ms``) and
+the partitions' latest batches from this query (the broker recognises repeats by the producer state
+it rebuilds from its log; if retention deleted them before the restart, the repeated slices would
+be appended again). Every row is written twice (staging, then its topic), and the publish step runs
+in the driver, so a micro-batch costs one more pass over its data than an at-least-once sink.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyspark.sql.datasource import (
+    DataSourceArrowWriter,
+    DataSourceStreamArrowWriter,
+    WriterCommitMessage,
+)
+from pyspark.sql.types import (
+    ArrayType,
+    BinaryType,
+    DataType,
+    IntegerType,
+    LongType,
+    MapType,
+    ShortType,
+    StringType,
+    StructType,
+    TimestampNTZType,
+    TimestampType,
+)
+
+from sparklog.client.cluster_client import ClusterClient
+from sparklog.client.partitioner import partitions_for_keys
+from sparklog.datasource import connections
+from sparklog.datasource.options import WriteOptions
+from sparklog.errors import InvalidRecord, InvalidRequest, TopicExists, UnknownTopic
+from sparklog.records import to_record_batch
+
+log = logging.getLogger("sparklog.datasource")
+
+STAGING_CONFIGS = {"retention.ms": str(3600 * 1000), "segment.ms": str(600 * 1000)}
+
+# (target topic, target partition, staging partition, first staged offset, last staged offset)
+Slice = tuple[str, int, int, int, int]
+
+
+@dataclasses.dataclass
+class SparklogCommitMessage(WriterCommitMessage):
+    """What one successful task attempt staged."""
+
+    query_id: str | None
+    batch_id: int | None
+    task_partition: int
+    attempt: int
+    staging_topic: str
+    slices: list[Slice]
+    rows: int
+
+
+# ----------------------------------------------------------------------------------------- schema
+def _is(dtype: DataType, *types: type) -> bool:
+    return isinstance(dtype, types)
+
+
+def check_input_schema(schema: StructType, options: WriteOptions) -> None:
+    """Refuse (at save()/start()) inputs the sink cannot write, naming the column."""
+    fields = {f.name.lower(): f for f in schema.fields}
+    if "value" not in fields:
+        raise InvalidRequest(
+            f"sparklog sink needs a 'value' column (binary or string); the input has {schema.simpleString()}"
+        )
+    checks = {
+        "value": (BinaryType, StringType),
+        "key": (BinaryType, StringType),
+        "topic": (StringType,),
+        "partition": (IntegerType, LongType, ShortType),
+        "timestamp": (TimestampType, TimestampNTZType, LongType),
+        "offset": (LongType, IntegerType),
+    }
+    for name, field in fields.items():
+        if name == "headers":
+            dtype = field.dataType
+            ok = (
+                _is(dtype, ArrayType)
+                and _is(dtype.elementType, StructType)
+                and [f.name for f in dtype.elementType.fields] == ["key", "value"]
+                and _is(dtype.elementType.fields[0].dataType, StringType)
+                and _is(dtype.elementType.fields[1].dataType, BinaryType, StringType)
+            ) or (
+                _is(dtype, MapType) and _is(dtype.keyType, StringType) and _is(dtype.valueType, BinaryType, StringType)
+            )
+            if not ok:
+                raise InvalidRequest(
+                    "sparklog sink column 'headers' must be array<struct<key:string,value:binary>> or "
+                    f"map<string,binary>, got {dtype.simpleString()}"
+                )
+            continue
+        if name not in checks:
+            raise InvalidRequest(
+                f"sparklog sink does not know the column {field.name!r}; it writes value, key, partition, "
+                "headers, timestamp and topic (select or drop the others)"
+            )
+        if not _is(field.dataType, *checks[name]):
+            raise InvalidRequest(
+                f"sparklog sink column {field.name!r} has type {field.dataType.simpleString()}; expected "
+                + " or ".join(t.typeName() for t in checks[name])
+            )
+    if "topic" not in fields and options.topic is None:
+        raise InvalidRequest("sparklog sink needs the option 'topic' or a 'topic' column")
+
+
+# ----------------------------------------------------------------------------------------- staging
+def ensure_staging_topic(client: ClusterClient, name: str) -> int:
+    """The staging topic's partition count, creating the topic on first use."""
+    try:
+        return client.topic(name).partitions
+    except UnknownTopic:
+        pass
+    brokers = len(client.cluster.brokers())
+    try:
+        client.cluster.create_topic(name, max(4, 2 * brokers), min(3, max(1, brokers)), STAGING_CONFIGS)
+        log.info("sparklog: created the staging topic %s", name)
+    except TopicExists:
+        pass
+    return client.topic(name, refresh=True).partitions
+
+
+_partition_counts: dict[tuple[str, str], int] = {}
+
+
+def _partitions_of(client: ClusterClient, zookeeper: str, topic: str) -> int:
+    """The partition count of a topic the sink may write (cached per process); refuses topics that
+    do not exist and typed topics."""
+    key = (zookeeper, topic)
+    n = _partition_counts.get(key)
+    if n is None:
+        try:
+            n = client.topic(topic, refresh=True).partitions
+        except UnknownTopic:
+            raise UnknownTopic(f"sparklog sink: topic {topic!r} does not exist (create it first)") from None
+        from sparklog.schemas.registry import SchemaRegistry
+
+        if SchemaRegistry.from_cluster(client.cluster).latest_or_none(topic) is not None:
+            raise InvalidRequest(
+                f"sparklog sink: topic {topic!r} is a typed topic (Avro value schema); the sink writes plain "
+                "(binary) values only in this version"
+            )
+        _partition_counts[key] = n
+    return n
+
+
+def check_target_topic(options: WriteOptions) -> None:
+    """At save()/start(): the ``topic`` option names a plain topic that exists."""
+    if options.topic is not None:
+        _partitions_of(connections.cluster_client(options.zookeeper), options.zookeeper, options.topic)
+
+
+class Stager:
+    """One task attempt's staging: routes rows to target partitions and appends them, in slices,
+    to the staging topic."""
+
+    def __init__(self, options: WriteOptions, task_partition: int, attempt: int) -> None:
+        self.options = options
+        self.task_partition = task_partition
+        self.attempt = attempt
+        self.client = connections.cluster_client(options.zookeeper)
+        staging_partitions = ensure_staging_topic(self.client, options.staging_topic)
+        self.stage_partition = task_partition % staging_partitions
+        self.stream = connections.PutStream(
+            self.client, options.staging_topic, self.stage_partition, acks="all", window=8
+        )
+        self.pending: dict[tuple[str, int], list[pa.RecordBatch]] = {}
+        self.pending_rows: dict[tuple[str, int], int] = {}
+        self.slices: list[Slice] = []
+        self.rows = 0
+        self.sticky = task_partition
+
+    # ------------------------------------------------------------------ routing
+    def add(self, batch: pa.RecordBatch) -> None:
+        if batch.num_rows == 0:
+            return
+        names = batch.schema.names
+        lower = {n.lower(): n for n in names}
+        records = to_record_batch(
+            pa.RecordBatch.from_arrays(
+                [batch.column(lower[c]) for c in ("key", "value", "timestamp", "headers") if c in lower],
+                names=[c for c in ("key", "value", "timestamp", "headers") if c in lower],
+            )
+        ).drop_columns(["offset"])
+        self.rows += records.num_rows
+        topics = self._topics(batch.column(lower["topic"]) if "topic" in lower else None, batch.num_rows)
+        explicit = batch.column(lower["partition"]) if "partition" in lower else None
+        for topic, rows in topics:
+            subset = records if rows is None else records.take(pa.array(rows))
+            part_col = None if explicit is None else (explicit if rows is None else explicit.take(pa.array(rows)))
+            targets = self._route(topic, subset, part_col)
+            for p in np.unique(targets):
+                idx = np.nonzero(targets == p)[0]
+                piece = subset if len(idx) == subset.num_rows else subset.take(pa.array(idx))
+                self._queue((topic, int(p)), piece)
+
+    def _topics(self, column: pa.Array | None, n: int) -> list[tuple[str, np.ndarray | None]]:
+        default = self.options.topic
+        if column is None:
+            assert default is not None
+            return [(default, None)]
+        if column.null_count:
+            if default is None:
+                raise InvalidRecord("sparklog sink: a row has no topic (null 'topic' and no option 'topic')")
+            column = pc.fill_null(column, default)
+        encoded = column.dictionary_encode()
+        names = encoded.dictionary.to_pylist()
+        if len(names) == 1:
+            return [(names[0], None)]
+        codes = encoded.indices.to_numpy(zero_copy_only=False)
+        return [(name, np.nonzero(codes == i)[0]) for i, name in enumerate(names)]
+
+    def _route(self, topic: str, records: pa.RecordBatch, explicit: pa.Array | None) -> np.ndarray:
+        n = _partitions_of(self.client, self.options.zookeeper, topic)
+        rows = records.num_rows
+        parts = np.full(rows, -1, dtype=np.int64)
+        if explicit is not None:
+            given = explicit.cast(pa.int64())
+            values = np.asarray(pc.fill_null(given, -1).to_numpy(zero_copy_only=False), dtype=np.int64)
+            bad = (values >= n) | (values < -1) | ((values == -1) & ~np.asarray(given.is_null()))
+            if bad.any():
+                raise InvalidRecord(
+                    f"sparklog sink: topic {topic!r} has {n} partitions; a row asks for partition {int(values[bad][0])}"
+                )
+            parts[:] = values
+        free = parts < 0
+        if free.any():
+            keys = records.column("key")
+            if keys.null_count < rows:
+                hashed = partitions_for_keys(keys, n)
+                keyed = free & ~np.asarray(keys.is_null().to_numpy(zero_copy_only=False))
+                parts[keyed] = hashed[keyed]
+                free &= ~keyed
+            if free.any():  # unkeyed rows: sticky, one partition per input batch, rotating
+                parts[free] = self.sticky % n
+                self.sticky += 1
+        return parts
+
+    # ------------------------------------------------------------------ staging
+    def _queue(self, target: tuple[str, int], piece: pa.RecordBatch) -> None:
+        self.pending.setdefault(target, []).append(piece)
+        self.pending_rows[target] = self.pending_rows.get(target, 0) + piece.num_rows
+        if self.pending_rows[target] >= self.options.batch_records:
+            self._flush(target, final=False)
+
+    def _flush(self, target: tuple[str, int], final: bool) -> None:
+        pieces = self.pending.pop(target, [])
+        self.pending_rows.pop(target, None)
+        if not pieces:
+            return
+        data = pieces[0] if len(pieces) == 1 else pa.concat_batches(pieces)
+        size = self.options.batch_records
+        start = 0
+        while data.num_rows - start >= size or (final and start < data.num_rows):
+            piece = data.slice(start, min(size, data.num_rows - start))
+            self._stage(target, piece)
+            start += piece.num_rows
+        if start < data.num_rows:
+            rest = data.slice(start)
+            self.pending[target] = [rest]
+            self.pending_rows[target] = rest.num_rows
+
+    def _stage(self, target: tuple[str, int], piece: pa.RecordBatch) -> None:
+        for ack in self.stream.submit(piece, tag=target):
+            self._staged(*ack)
+
+    def _staged(self, target: tuple[str, int], base: int, last: int, rows: int) -> None:
+        if last - base + 1 != rows:
+            raise InvalidRecord(f"sparklog staging stored {last - base + 1} rows for a slice of {rows}")
+        self.slices.append((target[0], target[1], self.stage_partition, base, last))
+        _maybe_fail_task(self.options, self.attempt)
+
+    def finish(self, query_id: str | None, batch_id: int | None) -> SparklogCommitMessage:
+        for target in sorted(self.pending):
+            self._flush(target, final=True)
+        for ack in self.stream.flush():
+            self._staged(*ack)
+        self.stream.close()
+        return SparklogCommitMessage(
+            query_id, batch_id, self.task_partition, self.attempt, self.options.staging_topic, self.slices, self.rows
+        )
+
+
+def _maybe_fail_task(options: WriteOptions, attempt: int) -> None:
+    """Test-only fault injection (option sparklog.test.failTaskOnce=<marker file>): the first task
+    attempt to get here, after staging a slice, fails once."""
+    marker = options.test_fail_task_once
+    if not marker:
+        return
+    try:
+        fd = os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+    except FileExistsError:
+        return
+    os.write(fd, f"failed attempt {attempt}\n".encode())
+    os.close(fd)
+    raise RuntimeError("sparklog test: injected task failure after staging a slice")
+
+
+def _stage_task(options: WriteOptions, iterator: Iterator[pa.RecordBatch], streaming: bool) -> SparklogCommitMessage:
+    from pyspark import TaskContext
+
+    ctx = TaskContext.get()
+    task_partition = ctx.partitionId() if ctx else 0
+    attempt = ctx.attemptNumber() if ctx else 0
+    query_id = batch_id = None
+    if ctx is not None and streaming:
+        query_id = ctx.getLocalProperty("sql.streaming.queryId")
+        raw_batch = ctx.getLocalProperty("streaming.sql.batchId")
+        batch_id = int(raw_batch) if raw_batch is not None else None
+    stager = Stager(options, task_partition, attempt)
+    for batch in iterator:
+        stager.add(batch)
+    return stager.finish(query_id, batch_id)
+
+
+# ----------------------------------------------------------------------------------------- writers
+class SparklogBatchWriter(DataSourceArrowWriter):
+    """``df.write.format("sparklog")``: staged by tasks, published once by ``commit``."""
+
+    def __init__(self, options: WriteOptions, schema: StructType) -> None:
+        check_input_schema(schema, options)
+        check_target_topic(options)
+        self.options = options
+        self.sink_id = f"batch-{uuid.uuid4().hex}"  # this writer is pickled to tasks and to commit()
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> SparklogCommitMessage:
+        return _stage_task(self.options, iterator, streaming=False)
+
+    def commit(self, messages: list[WriterCommitMessage | None]) -> None:
+        from sparklog.datasource.publish import publish_batch
+
+        publish_batch(self.options, self.sink_id, 0, _ours(messages), forget=True)
+
+    def abort(self, messages: list[WriterCommitMessage | None]) -> None:
+        log.info("sparklog: write %s aborted; its staged rows are left to retention", self.sink_id)
+
+
+class SparklogStreamWriter(DataSourceStreamArrowWriter):
+    """``df.writeStream.format("sparklog")``: exactly-once per micro-batch (see the module docs)."""
+
+    def __init__(self, options: WriteOptions, schema: StructType) -> None:
+        check_input_schema(schema, options)
+        check_target_topic(options)
+        self.options = options
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> SparklogCommitMessage:
+        return _stage_task(self.options, iterator, streaming=True)
+
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # noqa: N803
+        from sparklog.datasource.publish import publish_batch
+
+        ours = _ours(messages)
+        sink_id = next((m.query_id for m in ours if m.query_id), None) or _query_id_from_checkpoint(
+            self.options.checkpoint_location
+        )
+        if sink_id is None:
+            if any(m.slices for m in ours):
+                raise InvalidRequest("sparklog sink: cannot tell the streaming query's id; nothing was published")
+            return
+        publish_batch(self.options, sink_id, batchId, ours, forget=False)
+
+    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # noqa: N803
+        log.info("sparklog: micro-batch %s aborted; its staged rows are left to retention", batchId)
+
+
+def _ours(messages: list[Any]) -> list[SparklogCommitMessage]:
+    return [m for m in messages if isinstance(m, SparklogCommitMessage)]
+
+
+def _query_id_from_checkpoint(location: str | None) -> str | None:
+    """The query id Spark keeps in ``<checkpoint>/metadata`` (local file systems only)."""
+    if not location:
+        return None
+    path = location[len("file:") :] if location.startswith("file:") else location
+    try:
+        import json
+
+        with open(os.path.join(path, "metadata")) as f:
+            return json.loads(f.readline()).get("id")
+    except (OSError, ValueError):
+        return None
