@@ -135,10 +135,10 @@ class ClusterClient:
         return client
 
     def forget(self, broker: BrokerInfo) -> None:
+        """Drop the cached Flight client of an unreachable broker (the next call connects anew).
+        It is not closed here: another thread may be in a call on it; it closes when collected."""
         with self._lock:
-            client = self._clients.pop(broker.location, None)
-        if client is not None:
-            client.close()
+            self._clients.pop(broker.location, None)
 
     def call_leader(self, topic: str, partition: int, request: Callable[[flight.FlightClient, BrokerInfo], T]) -> T:
         """Run ``request`` against the partition's leader; on a retriable error (not the leader, an

@@ -57,7 +57,8 @@ class _Flush:
         self.done = threading.Event()
         self.partitions: np.ndarray | None = None
         self.offsets: np.ndarray | None = None
-        self.error: BaseException | None = None
+        self.error: BaseException | None = None  # the whole group failed (before partitioning)
+        self.partition_errors: dict[int, BaseException] = {}  # a partition's rows failed, others did not
 
 
 class ProduceFuture:
@@ -78,6 +79,9 @@ class ProduceFuture:
         if self._flush.error is not None:
             raise self._flush.error
         assert self._flush.partitions is not None and self._flush.offsets is not None
+        failed = self._flush.partition_errors.get(int(self._flush.partitions[self._index]))
+        if failed is not None:
+            raise failed
         return RecordMetadata(
             self._flush.topic, int(self._flush.partitions[self._index]), int(self._flush.offsets[self._index])
         )
@@ -266,7 +270,9 @@ class Producer:
                     [None if not h else [{"key": k, "value": v} for k, v in h.items()] for h in headers], HEADER_TYPE
                 )
             explicit = np.array([-1 if p is None else p for p in partitions], dtype=np.int64)
-            flush.partitions, flush.offsets = self._send_table(acc.topic, pa.table(columns), explicit)
+            flush.partitions, flush.offsets, flush.partition_errors = self._send_table(
+                acc.topic, pa.table(columns), explicit
+            )
         except BaseException as exc:  # every waiting future learns the failure
             flush.error = exc
         finally:
@@ -289,7 +295,9 @@ class Producer:
         if isinstance(data, pa.RecordBatch):
             data = pa.Table.from_batches([data])
         explicit = np.full(data.num_rows, -1 if partition is None else partition, dtype=np.int64)
-        parts, offsets = self._send_table(topic, data, explicit)
+        parts, offsets, errors = self._send_table(topic, data, explicit)
+        if errors:  # every other partition was sent; report the first failure
+            raise next(iter(errors.values()))
         out = []
         for p in np.unique(parts):
             mine = offsets[parts == p]
@@ -321,9 +329,12 @@ class Producer:
         i = table.column_names.index("value")
         return table.set_column(i, pa.field("value", value.type), value), schema
 
-    def _send_table(self, topic: str, table: pa.Table, explicit: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def _send_table(
+        self, topic: str, table: pa.Table, explicit: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray, dict[int, BaseException]]:
         """Partition the rows, send each partition's rows (partitions in parallel), return
-        (partition, offset) per row."""
+        (partition, offset) per row and the error of each partition that failed (its rows keep
+        offset -1; the other partitions' rows are acknowledged regardless)."""
         table, value_schema = self._typed(topic, table)
         meta = self._client.topic(topic)
         n = meta.partitions
@@ -345,15 +356,22 @@ class Producer:
         offsets = np.full(len(parts), -1, dtype=np.int64)
         targets = [int(p) for p in np.unique(parts)]
 
-        def send(p: int) -> tuple[np.ndarray, np.ndarray]:
+        def send(p: int) -> tuple[int, np.ndarray, np.ndarray | BaseException]:
             rows = np.nonzero(parts == p)[0]
             subset = table.take(pa.array(rows)) if len(rows) != len(parts) else table
-            return rows, self._send_to_partition(topic, p, subset, value_schema)
+            try:
+                return p, rows, self._send_to_partition(topic, p, subset, value_schema)
+            except Exception as exc:  # this partition only
+                return p, rows, exc
 
         results = [send(targets[0])] if len(targets) == 1 else list(self._pool.map(send, targets))
-        for rows, got in results:
-            offsets[rows] = got
-        return parts, offsets
+        errors: dict[int, BaseException] = {}
+        for p, rows, got in results:
+            if isinstance(got, BaseException):
+                errors[p] = got
+            else:
+                offsets[rows] = got
+        return parts, offsets, errors
 
     def _send_to_partition(
         self, topic: str, partition: int, table: pa.Table, value_schema: ValueSchema | None = None
