@@ -401,7 +401,8 @@ class Broker:
 
     def call_action(self, client: flight.FlightClient, name: str, body: dict[str, Any]) -> dict[str, Any]:
         try:
-            results = list(client.do_action(flight.Action(name, wire.encode(body))))
+            options = flight.FlightCallOptions(timeout=5.0)  # a frozen peer must not hang us
+            results = list(client.do_action(flight.Action(name, wire.encode(body)), options))
         except flight.FlightError as exc:
             raise wire.from_flight_error(exc, "peer broker") from None
         return json.loads(results[0].body.to_pybytes())

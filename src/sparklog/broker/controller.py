@@ -83,6 +83,18 @@ class Controller:
             self._wake.set()  # try to take over in the controller thread
         return None
 
+    def _still_controller(self) -> bool:
+        """Whether the controller znode is still held by this broker's current ZooKeeper session
+        (after a session expiry another broker may hold it, or a new session of ours never did)."""
+        cluster = self._cluster
+        if not self.broker.zk_connected:
+            return False
+        try:
+            _data, stat = cluster.zk.get(cluster.layout.controller)
+        except NoNodeError:
+            return False
+        return stat.ephemeralOwner == cluster.zk.client_id[0]
+
     def _try_elect(self) -> None:
         cluster = self._cluster
         try:
@@ -90,11 +102,7 @@ class Controller:
                 cluster.layout.controller, json.dumps({"broker_id": self.broker.broker_id}).encode(), ephemeral=True
             )
         except NodeExistsError:
-            try:
-                data, _ = cluster.zk.get(cluster.layout.controller)
-                self.active = json.loads(data).get("broker_id") == self.broker.broker_id
-            except NoNodeError:
-                self.active = False
+            self.active = self._still_controller()  # held by our own session already (a re-election)
             return
         log.info("broker %s is the controller", self.broker.broker_id)
         self.active = True
@@ -110,6 +118,9 @@ class Controller:
             if self._stopped.is_set():
                 return
             try:
+                if self.active and not self._still_controller():
+                    log.warning("broker %s is no longer the controller", self.broker.broker_id)
+                    self.active = False
                 if not self.active:
                     self._try_elect()
                 if self.active:

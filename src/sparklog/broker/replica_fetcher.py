@@ -27,6 +27,7 @@ log = logging.getLogger(__name__)
 
 FETCH_MAX_BYTES = 16 << 20
 FETCH_WAIT_MS = 500
+FETCH_TIMEOUT_MARGIN_S = 1.5
 
 
 class ReplicaFetcher(threading.Thread):
@@ -124,8 +125,11 @@ class ReplicaFetcher(threading.Thread):
             "replica_id": self.broker.broker_id,
             "leader_epoch": leader_epoch,
         }
+        # a leader that froze (or whose host vanished) never answers: bound every fetch, so that the
+        # follower notices a new leader in the partition state and moves on
+        options = flight.FlightCallOptions(timeout=FETCH_WAIT_MS / 1000 + FETCH_TIMEOUT_MARGIN_S)
         try:
-            reader = client.do_get(flight.Ticket(wire.encode(request)))
+            reader = client.do_get(flight.Ticket(wire.encode(request)), options)
             while not self._stopped.is_set():
                 try:
                     chunk = reader.read_chunk()
