@@ -125,6 +125,17 @@ class Cluster:
 
         return wait_for(full, timeout, f"every replica of {topic} in sync", interval=0.1)
 
+    def wait_preferred_leaders(self, topic: str, timeout: float = 60.0) -> list[PartitionState]:
+        """Until the cluster is settled: full ISRs and every partition led by its preferred (first)
+        replica (the controller moves leadership back within its reconcile interval, 2 s)."""
+        replicas = self.replicas(topic)
+
+        def settled() -> list[PartitionState] | None:
+            states = self.wait_full_isr(topic, timeout)
+            return states if all(s.leader == r[0] for s, r in zip(states, replicas, strict=True)) else None
+
+        return wait_for(settled, timeout, f"the preferred leaders of {topic}", interval=0.1)
+
     def wait_new_leader(self, topic: str, partition: int, old_epoch: int, timeout: float = 60.0) -> PartitionState:
         """Until the partition has a live leader in an epoch after ``old_epoch``."""
 
@@ -251,7 +262,8 @@ class AckedWriter(threading.Thread):
 
     def finish(self, timeout: float = 120.0) -> None:
         self.stop_event.set()
-        self.join(timeout)
+        if self.is_alive() or self.ident is not None:
+            self.join(timeout)
         assert not self.is_alive(), f"writer {self.writer} hung"
         self.producer.close()
 
@@ -305,6 +317,14 @@ class Outcome:
         return self.done_at - self.sent_at
 
 
+def quiet_finish(*things: AckedWriter | TailingConsumer) -> None:
+    """For ``finally`` blocks: stop writers and consumers, ignoring errors (the test's own failure,
+    if any, is the one to report)."""
+    for thing in things:
+        with contextlib.suppress(BaseException):
+            thing.finish()
+
+
 def wait_progress(writers: Iterable[AckedWriter], more: int = 50, timeout: float = 60.0) -> None:
     """Until every writer got ``more`` further acknowledgements (writes flow again)."""
     writers = list(writers)
@@ -327,6 +347,7 @@ class TailingConsumer(threading.Thread):
         self.records: list[tuple[int, int, bytes]] = []  # (partition, offset, value) in poll order
         self.errors: list[BaseException] = []
         self.stop_event = threading.Event()
+        self._closed = False
 
     def run(self) -> None:
         while not self.stop_event.is_set():
@@ -342,9 +363,12 @@ class TailingConsumer(threading.Thread):
 
     def finish(self) -> None:
         self.stop_event.set()
-        self.join(60)
+        if self.is_alive():
+            self.join(60)
         assert not self.is_alive(), "the tailing consumer hung"
-        self.consumer.close()
+        if not self._closed:
+            self._closed = True
+            self.consumer.close()
 
 
 def consume_all(connect: str, topic: str, until: dict[int, int], timeout: float = 60.0) -> list[tuple[int, int, bytes]]:

@@ -24,6 +24,7 @@ from replication_helpers import (
     assert_replicas_equal,
     check_delivery,
     consume_all,
+    quiet_finish,
     time_until_acked,
     wait_progress,
 )
@@ -66,7 +67,7 @@ def test_kill_9_every_leader_then_rolling_restart_loses_and_duplicates_nothing(c
 
         # kill -9 the leader of each partition in turn
         for p in range(PARTITIONS):
-            before = cluster.state(TOPIC, p)
+            before = cluster.wait_preferred_leaders(TOPIC)[p]
             victim = cluster[before.leader]
             killed_at = time.monotonic()
             victim.kill()
@@ -89,7 +90,7 @@ def test_kill_9_every_leader_then_rolling_restart_loses_and_duplicates_nothing(c
 
         # rolling restart: SIGTERM (leaderships handed over first), start again, wait for the ISR
         for b in sorted(cluster.brokers):
-            led = [p for p, s in enumerate(cluster.states(TOPIC)) if s.leader == b]
+            led = [p for p, s in enumerate(cluster.wait_preferred_leaders(TOPIC)) if s.leader == b]
             stopped_at = time.monotonic()
             events.append((stopped_at, f"SIGTERM broker {b}"))
             cluster[b].proc.send_signal(signal.SIGTERM)  # measured from the signal, not from the exit
@@ -107,15 +108,18 @@ def test_kill_9_every_leader_then_rolling_restart_loses_and_duplicates_nothing(c
             cluster.wait_full_isr(TOPIC)
             events.append((time.monotonic(), "full ISR"))
             wait_progress(writers, 30)
+    except BaseException:
+        quiet_finish(tail, *writers)
+        raise
     finally:
-        for w in writers:
-            w.finish()
         probe.close()
         for line in timings:
             print(line)
         timeline = sorted(events + [(t, f"{w.writer}: {e!r}") for w in writers for t, e in w.errors])
         for t, what in timeline:
             print(f"  {t - t0:7.2f} s  {what}")
+    for w in writers:
+        w.finish()
 
     cluster.wait_converged(TOPIC)
     ends = {p: cluster.leader_offsets(TOPIC, p)["high_watermark"] for p in range(PARTITIONS)}

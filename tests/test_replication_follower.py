@@ -22,6 +22,7 @@ from replication_helpers import (
     assert_replicas_equal,
     check_delivery,
     consume_all,
+    quiet_finish,
     replica_records,
     wait_progress,
 )
@@ -86,11 +87,14 @@ def test_a_follower_down_longer_than_the_replica_lag_catches_up_and_rejoins_the_
                 f"{time.monotonic() - restarted_at:.2f} s (leader log ends then: {behind})"
             )
             wait_progress(writers, 50)
+    except BaseException:
+        quiet_finish(*writers)
+        raise
     finally:
-        for w in writers:
-            w.finish()
         admin.close()
         print("\n".join(report))
+    for w in writers:
+        w.finish()
 
     cluster.wait_converged(topic)
     leader_view = consume_all(

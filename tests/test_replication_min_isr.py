@@ -50,11 +50,6 @@ def send_each_partition(producer: Producer, sends: ManualSends, label: str) -> l
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(
-    strict=True,
-    reason="known bug, open: delivery_timeout_s is not a hard deadline for sends already in flight to a "
-    "broker that goes down (they fail after ~10 s, not 5 s); the refusal itself and the data are right",
-)
 def test_two_of_three_brokers_down_refuses_acks_all_writes_and_recovers(cluster: Cluster) -> None:
     connect = cluster.connect
     with Admin(connect) as admin:

@@ -84,6 +84,13 @@ class BrokerNotAvailable(SparklogError):
     retriable = True
 
 
+class RequestTimedOut(BrokerNotAvailable):
+    """A broker did not answer a request in time (frozen, overloaded or cut off); retried elsewhere
+    after fresh metadata, like an unreachable broker."""
+
+    code = "REQUEST_TIMED_OUT"
+
+
 class CoordinatorNotAvailable(SparklogError):
     """ZooKeeper could not be reached."""
 

@@ -40,6 +40,20 @@ OFFSETS_FOR_LEADER_EPOCH = "offsets_for_leader_epoch"
 PING = "ping"
 
 
+# gRPC waits up to 120 s between reconnection attempts to a peer that went away; a broker that
+# restarts on the same port must be reached again within a second.
+_RECONNECT_OPTIONS = [
+    ("grpc.initial_reconnect_backoff_ms", 100),
+    ("grpc.min_reconnect_backoff_ms", 100),
+    ("grpc.max_reconnect_backoff_ms", 1000),
+]
+
+
+def flight_client(location: str) -> flight.FlightClient:
+    """A Flight client for a broker, reconnecting quickly after the broker restarts."""
+    return flight.FlightClient(location, generic_options=_RECONNECT_OPTIONS)
+
+
 def encode(obj: dict[str, Any]) -> bytes:
     return json.dumps(obj, separators=(",", ":")).encode()
 

@@ -5,17 +5,19 @@ leaderships over first)."""
 
 from __future__ import annotations
 
+import faulthandler
 import json
 import logging
 import os
 import signal
+import sys
 import threading
 import time
 from pathlib import Path
 from typing import Any
 
 import pyarrow.flight as flight
-from kazoo.exceptions import BadVersionError, NoNodeError
+from kazoo.exceptions import BadVersionError, KazooException, NoNodeError
 from kazoo.protocol.states import KazooState
 from kazoo.recipe.watchers import ChildrenWatch, DataWatch
 
@@ -69,6 +71,8 @@ class Broker:
         self.partitions: dict[TopicPartition, Partition] = {}
         self.fetchers: dict[TopicPartition, ReplicaFetcher] = {}
         self._watched: set[TopicPartition] = set()  # partitions whose state znode is watched
+        self._unread_topics: set[str] = set()  # notified, but reading their metadata failed: retried
+        self._topic_lock = threading.RLock()
         self.value_schemas: dict[str, list[ValueSchema]] = {}  # typed topics: versions, oldest first
         self.registry: SchemaRegistry | None = None
         self.live_brokers: dict[int, BrokerInfo] = {}
@@ -132,6 +136,8 @@ class Broker:
         try:
             if not self.cluster.zk.exists(self.cluster.layout.broker(self.broker_id)):
                 self._register()
+            for name in list(self._unread_topics):
+                self._refresh_topic(name)
             for topic, p in list(self.partitions):
                 data, stat = self.cluster.zk.get(self.cluster.layout.partition_state(topic, p))
                 self._apply_state(topic, p, PartitionState.from_json(data), stat.version)
@@ -200,7 +206,12 @@ class Broker:
             pass
         if not self.stop():
             logging.getLogger(__name__).info("abandoning open client streams; logs are closed")
-            os._exit(0)
+        # Logs are closed and synced. Exit without interpreter finalization: Flight's and kazoo's
+        # native threads may still call into Python, and finalizing under them can crash.
+        logging.shutdown()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
 
     # ----------------------------------------------------------------- metadata by watches
     def _on_brokers(self, _children: list[str]) -> bool | None:
@@ -236,22 +247,7 @@ class Broker:
         def on_topic(data: bytes | None, _stat: object) -> bool | None:
             if data is None or self._stopped.is_set():
                 return False
-            try:
-                meta = cluster.topic(name)
-            except UnknownTopic:
-                return False
-            self.topics[name] = meta
-            for p, replicas in enumerate(meta.replicas):
-                key = (name, p)
-                if self.broker_id in replicas:
-                    if key not in self._watched:
-                        self._watched.add(key)
-                        self._watch_state(name, p)
-                    elif key in self.partitions:
-                        self.partitions[key].replicas = list(replicas)
-                elif key in self._watched:
-                    self._drop_replica(name, p)  # moved away from this broker
-            return None
+            return None if self._refresh_topic(name) else False
 
         def on_schemas(children: list[str]) -> bool | None:
             if self._stopped.is_set() or name not in self.topics and not cluster.zk.exists(cluster.layout.topic(name)):
@@ -263,6 +259,40 @@ class Broker:
         DataWatch(cluster.zk, cluster.layout.topic(name), on_topic)
         if cluster.zk.exists(cluster.layout.schemas(name)):
             ChildrenWatch(cluster.zk, cluster.layout.schemas(name), on_schemas)
+
+    def _refresh_topic(self, name: str) -> bool:
+        """Read a topic's metadata and take (or drop) this broker's replicas of it; False if the
+        topic is gone. A read that fails (a ZooKeeper connection blip) is not lost: the topic is
+        read again after reconnecting and by the maintenance loop."""
+        assert self.cluster is not None
+        try:
+            meta = self.cluster.topic(name)
+        except UnknownTopic:
+            self._unread_topics.discard(name)
+            return False
+        except KazooException as exc:
+            log.warning("could not read topic %s (%r); retrying", name, exc)
+            self._unread_topics.add(name)
+            return True
+        self._unread_topics.discard(name)
+        with self._topic_lock:  # the watch thread and the maintenance loop may both get here
+            self.topics[name] = meta
+            for p, replicas in enumerate(meta.replicas):
+                key = (name, p)
+                if self.broker_id in replicas:
+                    if key not in self._watched:
+                        self._watched.add(key)
+                        try:
+                            self._watch_state(name, p)
+                        except KazooException as exc:
+                            log.warning("could not watch %s-%s (%r); retrying", name, p, exc)
+                            self._watched.discard(key)
+                            self._unread_topics.add(name)
+                    elif key in self.partitions:
+                        self.partitions[key].replicas = list(replicas)
+                elif key in self._watched:
+                    self._drop_replica(name, p)  # moved away from this broker
+        return True
 
     def _load_value_schemas(self, topic: str) -> None:
         """Read a typed topic's schema versions (registered before its logs are opened)."""
@@ -396,7 +426,7 @@ class Broker:
             raise BrokerNotAvailable(f"broker {broker_id} is not live")
         client = self._clients.get(info.location)
         if client is None:
-            client = self._clients[info.location] = flight.FlightClient(info.location)
+            client = self._clients[info.location] = wire.flight_client(info.location)
         return client
 
     def call_action(self, client: flight.FlightClient, name: str, body: dict[str, Any]) -> dict[str, Any]:
@@ -410,6 +440,9 @@ class Broker:
     def _maintain(self) -> None:
         tick = 0
         while not self._stopped.wait(0.5):
+            if self._unread_topics and self.zk_connected:
+                for name in list(self._unread_topics):
+                    self._refresh_topic(name)
             for partition in list(self.partitions.values()):
                 try:
                     partition.maybe_shrink_isr()
@@ -427,6 +460,7 @@ class Broker:
 def main(broker_id: int, port: int, data_dir: str, zookeeper: str, host: str = "127.0.0.1") -> int:
     """Run one broker in the foreground (``sparklog broker``)."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    faulthandler.enable()  # a crash in native code prints every thread's stack to stderr
     stop_early = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):  # a signal during start-up still stops cleanly
         signal.signal(sig, lambda *_: stop_early.set())

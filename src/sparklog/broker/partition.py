@@ -51,6 +51,8 @@ class Partition:
         self.high_watermark = 0  # learnt from the leader as a follower, recomputed as a leader
         self._follower_end: dict[int, int] = {}
         self._follower_caught_up_ms: dict[int, float] = {}
+        self._previous_fetch: dict[int, tuple[int, float]] = {}  # follower -> (leader's end, when)
+        self._epoch_start_offset = 0  # the log end when this broker became leader
         self.changed = threading.Condition()  # notified when the HW or the role changes
 
     # ----------------------------------------------------------------- role
@@ -77,6 +79,8 @@ class Partition:
                 now = time.monotonic() * 1000
                 self._follower_end = {r: -1 for r in self.replicas if r != self.broker_id}
                 self._follower_caught_up_ms = {r: now for r in self.replicas if r != self.broker_id}
+                self._previous_fetch = {}
+                self._epoch_start_offset = self.log.log_end_offset
                 self.high_watermark = max(self.high_watermark, 0)
             self._advance_hw()
             self.changed.notify_all()
@@ -143,12 +147,26 @@ class Partition:
         if offset > end:
             raise OffsetOutOfRange(f"follower {replica_id} fetches at {offset}, past the leader's end {end}")
         with self.changed:
+            now = time.monotonic() * 1000
             self._follower_end[replica_id] = offset
+            # Caught up: at the log end now, or at least where the log ended at its previous fetch
+            # (then it was caught up as of that fetch). Under a steady stream of writes a follower
+            # is never exactly at the end, and must not be dropped from the ISR for that.
+            previous_end, previous_at = self._previous_fetch.get(replica_id, (None, now))
             if offset >= end:
-                self._follower_caught_up_ms[replica_id] = time.monotonic() * 1000
+                self._follower_caught_up_ms[replica_id] = now
+            elif previous_end is not None and offset >= previous_end:
+                self._follower_caught_up_ms[replica_id] = max(
+                    self._follower_caught_up_ms.get(replica_id, 0.0), previous_at
+                )
+            self._previous_fetch[replica_id] = (end, now)
             self._advance_hw()
             self.changed.notify_all()
-            rejoin = replica_id not in state.isr and offset >= self.high_watermark and offset >= end
+            # rejoin once it has everything visible and everything of earlier leader epochs
+            # (like Kafka: it need not reach a log end that moves with every write)
+            rejoin = (
+                replica_id not in state.isr and offset >= self.high_watermark and offset >= self._epoch_start_offset
+            )
         if rejoin:  # a follower that caught up rejoins the ISR (written to ZooKeeper outside the lock)
             self.update_isr(self, sorted({*state.isr, replica_id}))
         return end

@@ -12,7 +12,7 @@ from kazoo.recipe.watchers import ChildrenWatch, DataWatch
 
 from sparklog import wire
 from sparklog.coordination.cluster import BrokerInfo, ClusterMetadata, PartitionState, TopicMetadata
-from sparklog.errors import BrokerNotAvailable, SparklogError
+from sparklog.errors import BrokerNotAvailable, RequestTimedOut, SparklogError
 from sparklog.schemas.registry import SchemaRegistry
 from sparklog.schemas.value_schema import ValueSchema
 
@@ -131,7 +131,7 @@ class ClusterClient:
             with self._lock:
                 client = self._clients.get(broker.location)
                 if client is None:
-                    client = self._clients[broker.location] = flight.FlightClient(broker.location)
+                    client = self._clients[broker.location] = wire.flight_client(broker.location)
         return client
 
     def forget(self, broker: BrokerInfo) -> None:
@@ -140,14 +140,23 @@ class ClusterClient:
         with self._lock:
             self._clients.pop(broker.location, None)
 
-    def call_leader(self, topic: str, partition: int, request: Callable[[flight.FlightClient, BrokerInfo], T]) -> T:
+    def call_leader(
+        self,
+        topic: str,
+        partition: int,
+        request: Callable[[flight.FlightClient, BrokerInfo], T],
+        deadline: float | None = None,
+    ) -> T:
         """Run ``request`` against the partition's leader; on a retriable error (not the leader, an
         unreachable broker, too few in-sync replicas) refresh metadata and retry with backoff until
-        ``retry_timeout_s`` has passed (or ``retries`` attempts, if set)."""
-        deadline = time.monotonic() + self.retry_timeout_s
+        ``deadline`` (a ``time.monotonic()`` value; default ``retry_timeout_s`` from now) would pass
+        (or ``retries`` attempts, if set)."""
+        if deadline is None:
+            deadline = time.monotonic() + self.retry_timeout_s
         backoff = self.retry_backoff_s
         refresh = False
         attempt = 0
+        reason: SparklogError | None = None  # the last answer a broker gave, if any
         while True:
             error: SparklogError
             try:
@@ -157,6 +166,10 @@ class ClusterClient:
                 error = exc
             except flight.FlightError as exc:
                 error = wire.from_flight_error(exc, f"the leader of {topic}-{partition}")
+            if isinstance(error, RequestTimedOut) and reason is not None and time.monotonic() >= deadline:
+                error = reason  # the last attempt only ran out of time: report why the others failed
+            elif not isinstance(error, RequestTimedOut):
+                reason = error
             attempt += 1
             out_of_time = time.monotonic() + backoff > deadline
             if not error.retriable or out_of_time or (self.retries is not None and attempt > self.retries):
@@ -165,6 +178,8 @@ class ClusterClient:
                 self._forget_leader(topic, partition)
             refresh = True
             time.sleep(backoff)
+            if time.monotonic() >= deadline:  # overslept: the last error is the answer
+                raise error
             backoff = min(backoff * 2, 0.25)
 
     def _forget_leader(self, topic: str, partition: int) -> None:

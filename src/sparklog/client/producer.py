@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import itertools
+import queue
 import secrets
 import threading
 import time
@@ -24,7 +25,7 @@ from sparklog import wire
 from sparklog.client.cluster_client import DEFAULT_ZOOKEEPER, ClusterClient
 from sparklog.client.partitioner import partitions_for_keys
 from sparklog.coordination.cluster import BrokerInfo
-from sparklog.errors import BrokerNotAvailable, InvalidRecord, InvalidRequest
+from sparklog.errors import BrokerNotAvailable, InvalidRecord, InvalidRequest, RequestTimedOut
 from sparklog.records import HEADER_TYPE, to_record_batch, wire_schema
 from sparklog.schemas.codec import decode_avro
 from sparklog.schemas.value_schema import ValueSchema
@@ -94,12 +95,18 @@ class _Accumulator:
         self.topic = topic
         self.rows: list[tuple[Any, Any, Any, Any, Any]] = []
         self.bytes = 0
-        self.since = time.monotonic()
+        self.since = time.monotonic()  # when its linger started (a flush makes it due at once)
+        self.created = self.since  # the delivery timeout counts from here
         self.flush = _Flush(topic)
 
 
 class _PartitionStream:
-    """An open ``do_put`` stream to a partition's leader."""
+    """An open ``do_put`` stream to a partition's leader, driven by its own thread.
+
+    Flight cannot cancel a ``do_put`` from the client side, and a write or an ack read on a frozen
+    broker blocks until that broker answers. So the stream's calls run on its thread and the caller
+    waits for each with a deadline; a stream whose call timed out is abandoned (its thread closes
+    it whenever the broker answers or the connection dies)."""
 
     def __init__(
         self,
@@ -120,34 +127,86 @@ class _PartitionStream:
         }
         if value_schema is not None:
             command["schema_version"] = value_schema.version
-        descriptor = flight.FlightDescriptor.for_command(wire.encode(command))
         self.broker = broker
         self.acks = acks
         self.producer_id = producer_id
         self.value_schema = value_schema
-        value_type = value_schema.arrow_type if value_schema is not None else pa.binary()
-        self.writer, self.reader = client.do_put(descriptor, wire_schema(value_type))
+        self._client = client
+        self._descriptor = flight.FlightDescriptor.for_command(wire.encode(command))
+        self._value_type = value_schema.arrow_type if value_schema is not None else pa.binary()
+        self._writer: Any = None
+        self._reader: Any = None
+        self._jobs: queue.SimpleQueue[tuple[pa.RecordBatch, int, concurrent.futures.Future[Any]] | None] = (
+            queue.SimpleQueue()
+        )
+        self._thread = threading.Thread(target=self._run, name=f"sparklog-put-{topic}-{partition}", daemon=True)
+        self._thread.start()
 
-    def send(self, batch: pa.RecordBatch, sequence: int) -> tuple[int, int]:
-        self.writer.write_with_metadata(batch, pa.py_buffer(wire.encode({"sequence": sequence})))
+    def send(self, batch: pa.RecordBatch, sequence: int, timeout: float) -> tuple[int, int]:
+        """Write one batch and wait at most ``timeout`` seconds for its acknowledgement: (base
+        offset, last offset), or (-1, -1) with ``acks=0``."""
+        done: concurrent.futures.Future[tuple[int, int]] = concurrent.futures.Future()
+        self._jobs.put((batch, sequence, done))
+        try:
+            return done.result(max(timeout, 0.0))
+        except concurrent.futures.TimeoutError:
+            raise RequestTimedOut(
+                f"broker {self.broker.broker_id} did not acknowledge a produce request within {timeout:.1f} s"
+            ) from None
+
+    def _run(self) -> None:
+        while (job := self._jobs.get()) is not None:
+            batch, sequence, done = job
+            try:
+                done.set_result(self._send_now(batch, sequence))
+            except BaseException as exc:  # handed to the waiting caller
+                done.set_exception(exc)
+        self._close_now()
+
+    def _send_now(self, batch: pa.RecordBatch, sequence: int) -> tuple[int, int]:
+        if self._writer is None:
+            self._writer, self._reader = self._client.do_put(self._descriptor, wire_schema(self._value_type))
+        self._writer.write_with_metadata(batch, pa.py_buffer(wire.encode({"sequence": sequence})))
         if self.acks == "0":
             return -1, -1
-        ack = self.reader.read()
+        ack = self._reader.read()
         if ack is None:  # the broker ended the stream: its error comes with closing our side
             try:
-                self.writer.close()
+                self._writer.close()
             except flight.FlightError as exc:
                 raise wire.from_flight_error(exc, f"broker {self.broker.broker_id}") from None
             raise BrokerNotAvailable(f"broker {self.broker.broker_id} closed the produce stream without an ack")
         result = wire.decode(ack)
         return int(result["base_offset"]), int(result["last_offset"])
 
-    def close(self) -> None:
+    def _close_now(self) -> None:
+        if self._writer is None:
+            return
         try:
-            self.writer.done_writing()
-            self.writer.close()
+            self._writer.done_writing()
+            self._writer.close()
         except (flight.FlightError, pa.ArrowException, OSError):
             pass
+
+    def close(self, wait_s: float = 0.0) -> None:
+        """End the stream once its current call returns; wait up to ``wait_s`` for that."""
+        self._jobs.put(None)
+        if wait_s > 0:
+            self._thread.join(wait_s)
+
+
+class _PartitionLane:
+    """Runs one partition's sends in order on its own thread, so that a slow or failed partition
+    (a dead leader, too few replicas) never holds up the others."""
+
+    def __init__(self, name: str) -> None:
+        self._executor = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix=name)
+
+    def submit(self, fn: Any, *args: Any) -> concurrent.futures.Future[Any]:
+        return self._executor.submit(fn, *args)
+
+    def close(self) -> None:
+        self._executor.shutdown(wait=True)
 
 
 class Producer:
@@ -156,7 +215,9 @@ class Producer:
     ``acks``: ``0`` (fire and forget), ``1`` (the leader appended), ``all`` (every in-sync replica
     has it). ``linger_ms`` and ``batch_records``/``batch_bytes`` decide when ``send()`` records leave.
     A batch is retried (new leader, broker back, enough replicas again) for up to
-    ``delivery_timeout_s`` before its error is raised.
+    ``delivery_timeout_s`` before its error is raised; each attempt waits at most
+    ``request_timeout_s`` for its acknowledgement (never past the delivery timeout), so a frozen
+    leader is given up on and the batch goes to the next leader.
 
     The producer is idempotent: it numbers the records it sends to each partition under a random
     producer id, so when it retries a batch after a lost acknowledgement or a leader change the
@@ -173,6 +234,7 @@ class Producer:
         batch_bytes: int = 4 << 20,
         retries: int | None = None,
         delivery_timeout_s: float = 30.0,
+        request_timeout_s: float = 30.0,
     ) -> None:
         acks = "all" if str(acks) in ("all", "-1") else str(acks)
         if acks not in ACKS:
@@ -181,10 +243,13 @@ class Producer:
         self.linger_s = linger_ms / 1000
         self.batch_records = batch_records
         self.batch_bytes = batch_bytes
+        self.delivery_timeout_s = delivery_timeout_s
+        self.request_timeout_s = request_timeout_s
         self._client = ClusterClient(zookeeper, retries=retries, retry_timeout_s=delivery_timeout_s)
         self._sequences: dict[tuple[str, int], tuple[int, int]] = {}  # partition -> (producer id, next seq)
         self._partition_locks: dict[tuple[str, int], threading.Lock] = {}
-        self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=8, thread_name_prefix="sparklog-send")
+        self._lanes: dict[tuple[str, int], _PartitionLane] = {}
+        self._in_flight: set[_Flush] = set()  # groups taken by the sender, not yet acknowledged
         self._streams: dict[tuple[str, int], _PartitionStream] = {}
         self._pending: dict[str, _Accumulator] = {}
         self._sticky = itertools.count()
@@ -232,7 +297,7 @@ class Producer:
                 oldest = min((a.since for a in self._pending.values()), default=None)
                 closed = self._closed
             for acc in ready:
-                self._send_accumulated(acc)
+                self._dispatch_accumulated(acc)
             if closed and not ready:
                 return
             if ready:
@@ -256,8 +321,12 @@ class Producer:
             del self._pending[acc.topic]
         return ready
 
-    def _send_accumulated(self, acc: _Accumulator) -> None:
+    def _dispatch_accumulated(self, acc: _Accumulator) -> None:
+        """Hand a group's rows to their partitions' lanes; its futures resolve when every lane has
+        answered (the sender thread goes on with the next group at once)."""
         flush = acc.flush
+        with self._lock:
+            self._in_flight.add(flush)
         try:
             values, keys, headers, partitions, timestamps = zip(*acc.rows, strict=True)
             columns: dict[str, Any] = {
@@ -270,13 +339,29 @@ class Producer:
                     [None if not h else [{"key": k, "value": v} for k, v in h.items()] for h in headers], HEADER_TYPE
                 )
             explicit = np.array([-1 if p is None else p for p in partitions], dtype=np.int64)
-            flush.partitions, flush.offsets, flush.partition_errors = self._send_table(
-                acc.topic, pa.table(columns), explicit
-            )
+            parts, sends = self._dispatch(acc.topic, pa.table(columns), explicit, acc.created + self.delivery_timeout_s)
         except BaseException as exc:  # every waiting future learns the failure
             flush.error = exc
-        finally:
-            flush.done.set()
+            self._finished(flush)
+            return
+        remaining = [len(sends)]
+
+        def one_done(_future: concurrent.futures.Future[Any]) -> None:
+            with self._lock:
+                remaining[0] -= 1
+                if remaining[0]:
+                    return
+            flush.partitions = parts
+            flush.offsets, flush.partition_errors = self._collect(len(parts), sends)
+            self._finished(flush)
+
+        for _p, _rows, future in sends:
+            future.add_done_callback(one_done)
+
+    def _finished(self, flush: _Flush) -> None:
+        with self._lock:
+            self._in_flight.discard(flush)
+        flush.done.set()
 
     # ----------------------------------------------------------------- columnar path
     def send_batch(
@@ -287,6 +372,7 @@ class Producer:
         if partition is not None and partition < 0:
             raise InvalidRequest(f"partition must be >= 0, got {partition}")
         self.flush()
+        deadline = time.monotonic() + self.delivery_timeout_s
         if isinstance(data, Mapping):
             columns = dict(data)
             if "value" in columns and isinstance(columns["value"], list | tuple):
@@ -295,7 +381,8 @@ class Producer:
         if isinstance(data, pa.RecordBatch):
             data = pa.Table.from_batches([data])
         explicit = np.full(data.num_rows, -1 if partition is None else partition, dtype=np.int64)
-        parts, offsets, errors = self._send_table(topic, data, explicit)
+        parts, sends = self._dispatch(topic, data, explicit, deadline)
+        offsets, errors = self._collect(len(parts), sends)
         if errors:  # every other partition was sent; report the first failure
             raise next(iter(errors.values()))
         out = []
@@ -329,12 +416,12 @@ class Producer:
         i = table.column_names.index("value")
         return table.set_column(i, pa.field("value", value.type), value), schema
 
-    def _send_table(
-        self, topic: str, table: pa.Table, explicit: np.ndarray
-    ) -> tuple[np.ndarray, np.ndarray, dict[int, BaseException]]:
-        """Partition the rows, send each partition's rows (partitions in parallel), return
-        (partition, offset) per row and the error of each partition that failed (its rows keep
-        offset -1; the other partitions' rows are acknowledged regardless)."""
+    def _dispatch(
+        self, topic: str, table: pa.Table, explicit: np.ndarray, deadline: float
+    ) -> tuple[np.ndarray, list[tuple[int, np.ndarray, concurrent.futures.Future[np.ndarray]]]]:
+        """Partition the rows and queue each partition's rows on its lane (partitions proceed in
+        parallel, each in order); returns the partition of every row and (partition, rows, future
+        of the rows' offsets) per partition."""
         table, value_schema = self._typed(topic, table)
         meta = self._client.topic(topic)
         n = meta.partitions
@@ -353,41 +440,52 @@ class Producer:
             # sticky: unkeyed records go to one partition a batch at a time, the next batch to the next
             chunk = np.cumsum(free) // self.batch_records
             parts[free] = (next(self._sticky) + chunk[free]) % n
-        offsets = np.full(len(parts), -1, dtype=np.int64)
-        targets = [int(p) for p in np.unique(parts)]
-
-        def send(p: int) -> tuple[int, np.ndarray, np.ndarray | BaseException]:
+        sends = []
+        for p in (int(p) for p in np.unique(parts)):
             rows = np.nonzero(parts == p)[0]
             subset = table.take(pa.array(rows)) if len(rows) != len(parts) else table
-            try:
-                return p, rows, self._send_to_partition(topic, p, subset, value_schema)
-            except Exception as exc:  # this partition only
-                return p, rows, exc
+            lane = self._lanes.get((topic, p)) or self._lanes.setdefault(
+                (topic, p), _PartitionLane(f"sparklog-send-{topic}-{p}")  # atomic: one lane per partition
+            )
+            sends.append((p, rows, lane.submit(self._send_to_partition, topic, p, subset, deadline, value_schema)))
+        return parts, sends
 
-        results = [send(targets[0])] if len(targets) == 1 else list(self._pool.map(send, targets))
+    @staticmethod
+    def _collect(
+        n: int, sends: list[tuple[int, np.ndarray, concurrent.futures.Future[np.ndarray]]]
+    ) -> tuple[np.ndarray, dict[int, BaseException]]:
+        """The offset of every row (-1 where its partition failed) and each failed partition's error
+        (the other partitions' rows are acknowledged regardless)."""
+        offsets = np.full(n, -1, dtype=np.int64)
         errors: dict[int, BaseException] = {}
-        for p, rows, got in results:
-            if isinstance(got, BaseException):
-                errors[p] = got
-            else:
-                offsets[rows] = got
-        return parts, offsets, errors
+        for p, rows, future in sends:
+            try:
+                offsets[rows] = future.result()
+            except Exception as exc:  # this partition only
+                errors[p] = exc
+        return offsets, errors
 
     def _send_to_partition(
-        self, topic: str, partition: int, table: pa.Table, value_schema: ValueSchema | None = None
+        self, topic: str, partition: int, table: pa.Table, deadline: float, value_schema: ValueSchema | None = None
     ) -> np.ndarray:
-        """Send rows to one partition in slices of ``batch_records``; the offset of every row."""
+        """Send rows to one partition in slices of ``batch_records``, each acknowledged by
+        ``deadline`` (a ``time.monotonic()`` value); the offset of every row."""
         value_type = value_schema.arrow_type if value_schema is not None else pa.binary()
         batch = to_record_batch(table, value_type).drop_columns(["offset"])
         offsets = np.empty(batch.num_rows, dtype=np.int64)
         for start in range(0, batch.num_rows, self.batch_records):
             part = batch.slice(start, self.batch_records)
-            base, _last = self._send_one(topic, partition, part, value_schema)
+            base, _last = self._send_one(topic, partition, part, deadline, value_schema)
             offsets[start : start + part.num_rows] = np.arange(base, base + part.num_rows) if base >= 0 else -1
         return offsets
 
     def _send_one(
-        self, topic: str, partition: int, batch: pa.RecordBatch, value_schema: ValueSchema | None = None
+        self,
+        topic: str,
+        partition: int,
+        batch: pa.RecordBatch,
+        deadline: float,
+        value_schema: ValueSchema | None = None,
     ) -> tuple[int, int]:
         """Send one batch to a partition's leader (retrying, idempotently) and wait for its ack.
 
@@ -398,6 +496,9 @@ class Producer:
             producer_id, sequence = self._sequences.get(key) or (secrets.randbits(62), 0)
 
             def attempt(client: flight.FlightClient, broker: BrokerInfo) -> tuple[int, int]:
+                left = deadline - time.monotonic()
+                if left <= 0:  # waited behind other batches for the whole delivery timeout: not sent
+                    raise RequestTimedOut(f"delivery timeout of {self.delivery_timeout_s} s passed before sending")
                 stream = self._streams.get(key)
                 if stream is not None and (
                     stream.broker != broker or stream.producer_id != producer_id or stream.value_schema != value_schema
@@ -408,14 +509,14 @@ class Producer:
                     stream = _PartitionStream(client, broker, topic, partition, self.acks, producer_id, value_schema)
                     self._streams[key] = stream
                 try:
-                    return stream.send(batch, sequence)
+                    return stream.send(batch, sequence, min(self.request_timeout_s, left))
                 except BaseException:
                     self._streams.pop(key, None)
                     stream.close()
                     raise
 
             try:
-                result = self._client.call_leader(topic, partition, attempt)
+                result = self._client.call_leader(topic, partition, attempt, deadline)
             except BaseException:
                 # the batch's fate is unknown: the next batches go under a new producer id, so
                 # that they are not refused as out of sequence
@@ -428,7 +529,7 @@ class Producer:
     def flush(self, timeout: float | None = None) -> None:
         """Send everything queued by ``send()`` and wait for the acknowledgements."""
         with self._lock:
-            waiting = [a.flush for a in self._pending.values()]
+            waiting = [a.flush for a in self._pending.values()] + list(self._in_flight)
             for acc in self._pending.values():
                 acc.since = -1e18  # due now
         self._wake.set()
@@ -443,9 +544,13 @@ class Producer:
             self._closed = True
         self._wake.set()
         self._sender.join()
-        self._pool.shutdown(wait=True)
+        for lane in self._lanes.values():
+            lane.close()
         for stream in self._streams.values():
             stream.close()
+        give_up = time.monotonic() + 2.0  # a frozen broker's stream is left behind, not waited for
+        for stream in self._streams.values():
+            stream.close(wait_s=give_up - time.monotonic())
         self._streams.clear()
         self._client.close()
 

@@ -197,12 +197,14 @@ class EmbeddedZooKeeper:
         port: int = 2181,
         host: str = "127.0.0.1",
         *,
-        tick_time_ms: int = 2000,
+        tick_time_ms: int = 500,
         jvm_options: Sequence[str] = (),
     ) -> None:
         """Configure (but do not start) a server storing its state in ``data_dir``.
 
-        ``tick_time_ms`` bounds client session timeouts to [2, 20] ticks (4 s to 40 s by default).
+        ``tick_time_ms`` is ZooKeeper's clock: sessions expire on tick boundaries, so a dead broker's
+        session ends within one tick of its timeout (a 2 s tick could add 2 s to every failover).
+        Session timeouts from 2 ticks up to 60 s are accepted.
         ``jvm_options`` are appended to the default JVM options (small heap, serial GC).
         """
         self.data_dir = Path(data_dir).resolve()
@@ -374,6 +376,8 @@ class EmbeddedZooKeeper:
 
         config = {
             "tickTime": str(self.tick_time_ms),
+            "minSessionTimeout": str(2 * self.tick_time_ms),
+            "maxSessionTimeout": str(max(60_000, 2 * self.tick_time_ms)),
             "dataDir": escape(str(self.data_dir)),
             "clientPort": str(self.port),
             "clientPortAddress": self.host,

@@ -79,7 +79,7 @@ def flight_client(location: str) -> flight.FlightClient:
         _check_fork()
         client = _flights.get(location)
         if client is None:
-            client = _flights[location] = flight.FlightClient(location)
+            client = _flights[location] = wire.flight_client(location)
         return client
 
 
