@@ -204,3 +204,42 @@ def test_long_poll_on_the_broker_wakes_up_on_append(start_broker: Any, sparklog_
         assert "error" not in result, result.get("error")
         assert [(r.offset, r.value) for r in records] == [(1, b"second")]
         assert elapsed < 4.0
+
+
+def test_every_send_future_names_where_its_own_record_landed(start_broker: Any, sparklog_connect: str) -> None:
+    """One flush mixing keyed, explicitly placed and unkeyed records (the producer splits the group
+    by partition: key-hashed rows by index, sticky runs by slicing): each future's partition and
+    offset hold exactly its record, and a send_batch spanning runs of several partitions too."""
+    broker = start_broker(1)
+    topic = "placement"
+    with Admin(sparklog_connect) as admin:
+        admin.create_topic(topic, 4)
+    sent: dict[bytes, Any] = {}
+    with Producer(zookeeper=sparklog_connect, linger_ms=60_000, batch_records=7) as producer:
+        futures = []
+        for i in range(200):
+            value = b"v%d" % i
+            if i % 3 == 0:
+                futures.append((value, producer.send(topic, value, key=b"k%d" % (i % 11))))
+            elif i % 3 == 1:
+                futures.append((value, producer.send(topic, value, partition=i % 4)))
+            else:
+                futures.append((value, producer.send(topic, value)))  # sticky, 7 records a run
+        producer.flush()
+        # 56 unkeyed records in one group: sticky runs of 7, two runs per partition
+        futures += [(b"s%d" % i, producer.send(topic, b"s%d" % i)) for i in range(56)]
+        producer.flush()
+        for value, future in futures:
+            meta = future.result(30)
+            sent[value] = (meta.partition, meta.offset)
+        values = [b"b%d" % i for i in range(100)]  # 100 unkeyed rows: sticky runs of 7 over 4 partitions
+        metas = producer.send_batch(topic, {"value": values})
+    assert sorted(m.partition for m in metas) == [0, 1, 2, 3]
+    assert sum(m.last_offset - m.base_offset + 1 for m in metas) == len(values)
+    stored = {(p, r["offset"]): r["value"] for p, rows in read_topic(broker.location, topic, 4).items() for r in rows}
+    assert {stored.get(where) for where in sent.values()} == set(sent), "a future names another record's place"
+    assert {v: where for where, v in stored.items() if v in sent} == sent
+    keyed = [v for v, _f in futures[:200:3]]
+    expected = partitions_for_keys(pa.array([b"k%d" % (i % 11) for i in range(0, 200, 3)]), 4).tolist()
+    assert [sent[v][0] for v in keyed] == expected
+    assert sorted(v for v in stored.values() if v.startswith(b"b")) == sorted(values)

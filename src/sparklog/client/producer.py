@@ -195,6 +195,30 @@ class _PartitionStream:
             self._thread.join(wait_s)
 
 
+def _rows_by_partition(parts: np.ndarray) -> list[tuple[int, list[slice] | np.ndarray]]:
+    """The rows of each partition: as runs of contiguous rows when there are few runs (sticky
+    batches, explicit partitions: taken zero-copy), else as row indices (key-hashed rows)."""
+    if not len(parts):
+        return []
+    bounds = np.flatnonzero(parts[1:] != parts[:-1]) + 1
+    if len(bounds) + 1 > max(8, len(parts) // 256):
+        return [(int(p), np.flatnonzero(parts == p)) for p in np.unique(parts)]
+    starts = np.concatenate(([0], bounds)).tolist()
+    ends = np.concatenate((bounds, [len(parts)])).tolist()
+    runs: dict[int, list[slice]] = {}
+    for p, start, end in zip(parts[starts].tolist(), starts, ends, strict=True):
+        runs.setdefault(p, []).append(slice(start, end))
+    return sorted(runs.items())
+
+
+def _take_rows(table: pa.Table, rows: list[slice] | np.ndarray) -> pa.Table:
+    if not isinstance(rows, list):
+        return table.take(pa.array(rows))
+    if len(rows) == 1 and rows[0].stop - rows[0].start == table.num_rows:
+        return table
+    return pa.concat_tables([table.slice(r.start, r.stop - r.start) for r in rows])
+
+
 class _PartitionLane:
     """Runs one partition's sends in order on its own thread, so that a slow or failed partition
     (a dead leader, too few replicas) never holds up the others."""
@@ -418,7 +442,7 @@ class Producer:
 
     def _dispatch(
         self, topic: str, table: pa.Table, explicit: np.ndarray, deadline: float
-    ) -> tuple[np.ndarray, list[tuple[int, np.ndarray, concurrent.futures.Future[np.ndarray]]]]:
+    ) -> tuple[np.ndarray, list[tuple[int, list[slice] | np.ndarray, concurrent.futures.Future[np.ndarray]]]]:
         """Partition the rows and queue each partition's rows on its lane (partitions proceed in
         parallel, each in order); returns the partition of every row and (partition, rows, future
         of the rows' offsets) per partition."""
@@ -438,21 +462,21 @@ class Producer:
                 parts[keyed] = hashed[keyed]
                 free &= ~keyed
             # sticky: unkeyed records go to one partition a batch at a time, the next batch to the next
-            chunk = np.cumsum(free) // self.batch_records
+            chunk = (np.cumsum(free) - 1) // self.batch_records
             parts[free] = (next(self._sticky) + chunk[free]) % n
         sends = []
-        for p in (int(p) for p in np.unique(parts)):
-            rows = np.nonzero(parts == p)[0]
-            subset = table.take(pa.array(rows)) if len(rows) != len(parts) else table
+        for p, rows in _rows_by_partition(parts):
+            subset = _take_rows(table, rows)
             lane = self._lanes.get((topic, p)) or self._lanes.setdefault(
-                (topic, p), _PartitionLane(f"sparklog-send-{topic}-{p}")  # atomic: one lane per partition
+                (topic, p),
+                _PartitionLane(f"sparklog-send-{topic}-{p}"),  # atomic: one lane per partition
             )
             sends.append((p, rows, lane.submit(self._send_to_partition, topic, p, subset, deadline, value_schema)))
         return parts, sends
 
     @staticmethod
     def _collect(
-        n: int, sends: list[tuple[int, np.ndarray, concurrent.futures.Future[np.ndarray]]]
+        n: int, sends: list[tuple[int, list[slice] | np.ndarray, concurrent.futures.Future[np.ndarray]]]
     ) -> tuple[np.ndarray, dict[int, BaseException]]:
         """The offset of every row (-1 where its partition failed) and each failed partition's error
         (the other partitions' rows are acknowledged regardless)."""
@@ -460,9 +484,17 @@ class Producer:
         errors: dict[int, BaseException] = {}
         for p, rows, future in sends:
             try:
-                offsets[rows] = future.result()
+                got = future.result()
             except Exception as exc:  # this partition only
                 errors[p] = exc
+                continue
+            if isinstance(rows, list):  # runs, in the order their rows were sent
+                at = 0
+                for run in rows:
+                    offsets[run] = got[at : at + run.stop - run.start]
+                    at += run.stop - run.start
+            else:
+                offsets[rows] = got
         return offsets, errors
 
     def _send_to_partition(
