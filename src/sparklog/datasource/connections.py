@@ -207,7 +207,10 @@ class PutStream:
     sequences; ``already_stored(error)`` recognises the leader's answer for a repeat older than the
     few batches it remembers (such a batch is acknowledged with offsets -1). Without a producer id a
     retry may store a batch twice: fine only for data whose duplicates do not matter (staged rows,
-    which are referenced by the exact offsets acknowledged)."""
+    which are referenced by the exact offsets acknowledged).
+
+    A typed topic's stream carries values of ``value_type`` (the Arrow type of a schema version)
+    and says it writes with ``schema_version``; the leader evolves older versions to its latest."""
 
     def __init__(
         self,
@@ -219,8 +222,12 @@ class PutStream:
         window: int = 8,
         timeout_s: float = 120.0,
         already_stored: Callable[[SparklogError], bool] | None = None,
+        value_type: pa.DataType | None = None,
+        schema_version: int | None = None,
     ) -> None:
         self.client = client
+        self.value_type = pa.binary() if value_type is None else value_type
+        self.schema_version = schema_version
         self.topic = topic
         self.partition = partition
         self.acks = acks
@@ -248,8 +255,10 @@ class PutStream:
             "acks": self.acks,
             "producer_id": self.producer_id,
         }
+        if self.schema_version is not None:
+            command["schema_version"] = self.schema_version
         descriptor = flight.FlightDescriptor.for_command(wire.encode(command))
-        self._writer, self._reader = self.client.flight(broker).do_put(descriptor, wire_schema())
+        self._writer, self._reader = self.client.flight(broker).do_put(descriptor, wire_schema(self.value_type))
         self._broker = broker
 
     def _write(self, batch: pa.RecordBatch, sequence: int, refresh: bool = False) -> None:
