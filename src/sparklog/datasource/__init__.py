@@ -36,9 +36,12 @@ offset range; ``minPartitions`` splits large ranges).
 
 Write options: ``zookeeper``, ``topic`` (default for rows without a ``topic`` column),
 ``batchRecords`` (rows per stored batch, default 10000), ``stagingTopic`` (default
-``__sparklog_staging``). Input columns ``value`` (binary or string) and optional ``key``,
-``partition``, ``headers``, ``timestamp``, ``topic``; target topics must exist and be plain (not
-typed). The sink is exactly-once: see :mod:`sparklog.datasource.writer`.
+``__sparklog_staging``; typed targets stage in ``<stagingTopic>.<topic>.v<version>.<hash>``). Input
+columns ``value`` and optional ``key``, ``partition``, ``headers``, ``timestamp``, ``topic``; target
+topics must exist. ``value`` is binary or string for a plain topic; for a typed topic a struct of
+its schema's fields (as this source reads it; checked and converted, a row that does not fit fails
+the write naming the field) or Avro single-object encoded binary. The sink is exactly-once: see
+:mod:`sparklog.datasource.writer`.
 
 Unknown options, and options that contradict each other, fail at ``load()`` (reads) or
 ``save()``/``start()`` (writes) with a message naming the option; options that only apply to batch

@@ -7,12 +7,17 @@ query's id; batch writes use ``batch-<uuid>`` and delete theirs when done), as J
     {"batch": 7, "state": "publishing" | "published",
      "next_seq": {"topic": {"<partition>/<staging partition>": 120000, ...}},  # where the next batch's
                                                                                 # sequence numbers start
-     "intent": {"staging_topic": ..., "targets": [[topic, partition, [[staging partition, first, last], ...]], ...]},
+     "intent": {"staging_topic": ..., "targets": [[topic, partition, [[staging partition, first, last], ...]], ...],
+                "versions": {"<typed staging topic>": <target schema version>, ...}},
      "published": {"topic": {"<partition>": [first offset, last offset, rows], ...}}}
+
+A slice staged in a typed staging topic (for a typed target) names it as a fourth element,
+``[staging partition, first, last, staging topic]``; its producer's key in ``next_seq`` is
+``"<partition>/<staging partition>@<staging topic>"``.
 
 ``intent`` is present while ``publishing``; ``published`` after. Every change is a versioned
 ZooKeeper ``set``: a second writer of the same sink (two runs of one query) fails instead of
-interleaving. The producer id of a (sink, topic, partition, staging partition) is a hash of the four,
+interleaving. The producer id of a (sink, topic, partition, staging partition[, typed staging topic]) is a hash,
 so a restarted driver uses the same one and numbers every slice the same way, and the leader's
 idempotent-producer state recognises the slices it already stored.
 """
@@ -57,16 +62,23 @@ def sink_path(client: ClusterClient, sink_id: str) -> str:
     return f"{client.cluster.layout.root}/sinks/{sink_id}"
 
 
-def producer_id(sink_id: str, topic: str, partition: int, stage_partition: int) -> int:
+def producer_id(
+    sink_id: str, topic: str, partition: int, stage_partition: int, typed_staging: str | None = None
+) -> int:
     """The idempotent-producer id of one sink's writes to one partition from one staging partition
-    (stable across restarts)."""
-    digest = hashlib.sha256(f"sparklog-sink/{sink_id}/{topic}/{partition}/{stage_partition}".encode()).digest()
+    (of a typed staging topic, if given) (stable across restarts)."""
+    key = f"sparklog-sink/{sink_id}/{topic}/{partition}/{stage_partition}"
+    if typed_staging is not None:
+        key += f"@{typed_staging}"
+    digest = hashlib.sha256(key.encode()).digest()
     return int.from_bytes(digest[:8], "big") & ((1 << 62) - 1)
 
 
-def seq_key(partition: int, stage_partition: int) -> str:
-    """Key of a producer's next sequence number in the sink state: "<partition>/<staging partition>"."""
-    return f"{partition}/{stage_partition}"
+def seq_key(partition: int, stage_partition: int, typed_staging: str | None = None) -> str:
+    """Key of a producer's next sequence number in the sink state: "<partition>/<staging partition>"
+    (then "@<staging topic>" for a typed staging topic)."""
+    key = f"{partition}/{stage_partition}"
+    return key if typed_staging is None else f"{key}@{typed_staging}"
 
 
 # ----------------------------------------------------------------------------------------- state
@@ -104,27 +116,50 @@ def _write_state(client: ClusterClient, sink_id: str, state: dict[str, Any], ver
 
 
 # ----------------------------------------------------------------------------------------- intent
-Targets = list[tuple[str, int, list[tuple[int, int, int]]]]
+# per target partition: its slices as (staging partition, first offset, last offset, staging topic)
+Targets = list[tuple[str, int, list[tuple[int, int, int, str]]]]
 
 
 def intent_from_messages(messages: Sequence[SparklogCommitMessage]) -> tuple[str | None, Targets]:
     """Slices per target partition, in staging order (staging partition, then offset): the order
     they are published in (a task's slices of one partition keep their order)."""
-    by_target: dict[tuple[str, int], list[tuple[int, int, int]]] = {}
+    by_target: dict[tuple[str, int], list[tuple[int, int, int, str]]] = {}
     staging = None
     for message in messages:
         staging = staging or message.staging_topic
-        for topic, partition, stage_partition, first, last in message.slices:
-            by_target.setdefault((topic, partition), []).append((stage_partition, first, last))
+        for topic, partition, stage_partition, first, last, staged_in in message.slices:
+            by_target.setdefault((topic, partition), []).append((stage_partition, first, last, staged_in))
     return staging, [(t, p, sorted(slices)) for (t, p), slices in sorted(by_target.items())]
 
 
-def _targets_json(staging: str | None, targets: Targets) -> dict[str, Any]:
-    return {"staging_topic": staging, "targets": [[t, p, [list(s) for s in slices]] for t, p, slices in targets]}
+def versions_from_messages(messages: Sequence[SparklogCommitMessage]) -> dict[str, int]:
+    """Typed staging topic -> the target schema version its values were converted to."""
+    out: dict[str, int] = {}
+    for message in messages:
+        out.update(message.versions)
+    return out
 
 
-def _targets_from_json(intent: dict[str, Any]) -> tuple[str, Targets]:
-    return intent["staging_topic"], [(t, int(p), [tuple(s) for s in slices]) for t, p, slices in intent["targets"]]
+def _targets_json(staging: str | None, targets: Targets, versions: dict[str, int] | None = None) -> dict[str, Any]:
+    def one(s: tuple[int, int, int, str]) -> list[Any]:
+        return list(s[:3]) if s[3] == staging else list(s)
+
+    intent: dict[str, Any] = {
+        "staging_topic": staging,
+        "targets": [[t, p, [one(s) for s in slices]] for t, p, slices in targets],
+    }
+    if versions:
+        intent["versions"] = versions
+    return intent
+
+
+def _targets_from_json(intent: dict[str, Any]) -> tuple[str, Targets, dict[str, int]]:
+    staging = intent["staging_topic"]
+    targets: Targets = [
+        (t, int(p), [(int(s[0]), int(s[1]), int(s[2]), s[3] if len(s) > 3 else staging) for s in slices])
+        for t, p, slices in intent["targets"]
+    ]
+    return staging, targets, {k: int(v) for k, v in intent.get("versions", {}).items()}
 
 
 # ----------------------------------------------------------------------------------------- publish
@@ -152,23 +187,24 @@ def publish_batch(
         state, version = read_state(client, sink_id)
     next_seq: dict[str, dict[str, int]] = (state or {}).get("next_seq", {})
     if state is not None and state["batch"] == batch_id and state["state"] == "publishing":
-        staging, targets = _targets_from_json(state["intent"])
+        staging, targets, versions = _targets_from_json(state["intent"])
         log.warning("sparklog sink %s: finishing batch %s, found half-published", sink_id, batch_id)
     else:
         staging, targets = intent_from_messages(messages)
+        versions = versions_from_messages(messages)
         if not targets:
             return
         intent_state = {
             "batch": batch_id,
             "state": "publishing",
             "next_seq": next_seq,
-            "intent": _targets_json(staging, targets),
+            "intent": _targets_json(staging, targets, versions),
         }
         version = _write_state(client, sink_id, intent_state, version)
         _crash_point(options, "intent")
 
     assert staging is not None
-    publisher = _Publisher(client, options, sink_id, staging, targets, next_seq)
+    publisher = _Publisher(client, options, sink_id, staging, targets, versions, next_seq)
     publisher.run()
     published: dict[str, dict[str, list[int]]] = {}
     for (topic, partition), rows in sorted(publisher.rows.items()):
@@ -189,12 +225,14 @@ def publish_batch(
 
 
 class _Publisher:
-    """Copies the staged slices to their partitions: one thread per staging partition reads it once,
+    """Copies the staged slices to their partitions: one thread per staging partition (of each
+    staging topic the batch used) reads it once,
     in offset order over the span of the slices it holds (skipping rows no slice references, such as
     failed task attempts'), and sends each slice to its target partition on an idempotent produce
     stream with a few slices in flight. Each (sink, target partition, staging partition) has its own
     producer id and sequence numbers (consecutive, in offset order), so staging partitions are
-    published in parallel and a re-run numbers every slice the same way."""
+    published in parallel and a re-run numbers every slice the same way. Slices of a typed staging
+    topic are sent as the target schema version its values were converted to."""
 
     def __init__(
         self,
@@ -203,37 +241,44 @@ class _Publisher:
         sink_id: str,
         staging: str,
         targets: Targets,
+        versions: dict[str, int],
         next_seq: dict[str, dict[str, int]],
     ) -> None:
         self.client = client
         self.options = options
         self.sink_id = sink_id
         self.staging = staging
+        self.versions = versions
         self.next_seq = {t: dict(seqs) for t, seqs in next_seq.items()}
-        self.wanted: dict[int, list[tuple[int, int, tuple[str, int], int]]] = {}
+        # (staging topic, staging partition) -> slices (first, last, target, first sequence)
+        self.wanted: dict[tuple[str, int], list[tuple[int, int, tuple[str, int], int]]] = {}
         self.rows: dict[tuple[str, int], int] = {}
         self.span: dict[tuple[str, int], tuple[int, int]] = {}
         self._lock = threading.Lock()
         for topic, partition, slices in targets:
             self.rows[(topic, partition)] = 0
-            for stage_partition, first, last in slices:
-                key = seq_key(partition, stage_partition)
+            for stage_partition, first, last, staged_in in slices:
+                key = seq_key(partition, stage_partition, self._typed(staged_in))
                 seq = self.next_seq.setdefault(topic, {}).get(key, 0)
-                self.wanted.setdefault(stage_partition, []).append((first, last, (topic, partition), seq))
+                self.wanted.setdefault((staged_in, stage_partition), []).append((first, last, (topic, partition), seq))
                 self.next_seq[topic][key] = seq + last - first + 1
+
+    def _typed(self, staging: str) -> str | None:
+        """``staging`` if it is a typed staging topic (else None: the plain one)."""
+        return staging if staging in self.versions else None
 
     def run(self) -> None:
         errors: list[BaseException] = []
 
-        def one(stage_partition: int) -> None:
+        def one(source: tuple[str, int]) -> None:
             try:
-                self._copy(stage_partition, sorted(self.wanted[stage_partition]))
+                self._copy(source[0], source[1], sorted(self.wanted[source]))
             except BaseException as exc:
                 errors.append(exc)
 
         threads = [
-            threading.Thread(target=one, args=(sp,), name=f"sparklog-publish-{sp}", daemon=True)
-            for sp in sorted(self.wanted)
+            threading.Thread(target=one, args=(source,), name=f"sparklog-publish-{source[1]}", daemon=True)
+            for source in sorted(self.wanted)
         ]
         for thread in threads:
             thread.start()
@@ -250,10 +295,11 @@ class _Publisher:
                     first, end = self.span.get(target, (base, last))
                     self.span[target] = (min(first, base), max(end, last))
 
-    def _copy(self, stage_partition: int, wanted: list[tuple[int, int, tuple[str, int], int]]) -> None:
+    def _copy(self, staging: str, stage_partition: int, wanted: list[tuple[int, int, tuple[str, int], int]]) -> None:
         streams: dict[tuple[str, int], connections.PutStream] = {}
+        typed = self._typed(staging)
 
-        def stream_for(target: tuple[str, int]) -> connections.PutStream:
+        def stream_for(target: tuple[str, int], value_type: pa.DataType) -> connections.PutStream:
             stream = streams.get(target)
             if stream is None:
                 topic, partition = target
@@ -262,16 +308,18 @@ class _Publisher:
                     topic,
                     partition,
                     acks="all",
-                    producer_id=producer_id(self.sink_id, topic, partition, stage_partition),
+                    producer_id=producer_id(self.sink_id, topic, partition, stage_partition, typed),
                     window=8,
                     timeout_s=PUBLISH_TIMEOUT_S,
                     already_stored=_already_stored,
+                    value_type=value_type,
+                    schema_version=None if typed is None else self.versions[typed],
                 )
             return stream
 
         try:
-            for target, data, sequence in self._staged_slices(stage_partition, wanted):
-                stream = stream_for(target)
+            for target, data, sequence in self._staged_slices(staging, stage_partition, wanted):
+                stream = stream_for(target, data.schema.field("value").type)
                 self._record(stream.submit(data, sequence, tag=target))
                 if self.options.test_crash_commit is not None and self.options.test_crash_commit[1] == "mid":
                     self._record(stream.flush())  # test only: die with exactly one slice published
@@ -283,7 +331,7 @@ class _Publisher:
                 stream.close()
 
     def _staged_slices(
-        self, stage_partition: int, wanted: list[tuple[int, int, tuple[str, int], int]]
+        self, staging: str, stage_partition: int, wanted: list[tuple[int, int, tuple[str, int], int]]
     ) -> Iterator[tuple[tuple[str, int], pa.RecordBatch, int]]:
         """Stream the staging partition over the wanted slices' span; each slice whole, in order."""
         w = 0
@@ -294,9 +342,7 @@ class _Publisher:
         while w < len(wanted):
             progressed = False
             try:
-                for stored in connections.fetch(
-                    self.options.zookeeper, self.staging, stage_partition, offset, 16 << 20
-                ):
+                for stored in connections.fetch(self.options.zookeeper, staging, stage_partition, offset, 16 << 20):
                     if stored.num_rows == 0:
                         continue
                     column = stored.column(0)
@@ -314,7 +360,7 @@ class _Publisher:
                             got += hi - lo
                         if got == last - first + 1:
                             data = pieces[0] if len(pieces) == 1 else pa.concat_batches(pieces)
-                            yield target, data.drop_columns(["offset"]), sequence
+                            yield target, data.drop_columns(["offset"]).replace_schema_metadata(None), sequence
                             pieces, got = [], 0
                             w += 1
                             continue
@@ -327,15 +373,17 @@ class _Publisher:
                     if w >= len(wanted) or offset > end:
                         break
             except OffsetOutOfRange as exc:
-                raise self._gone(stage_partition, wanted[w], exc) from None
+                raise self._gone(staging, stage_partition, wanted[w], exc) from None
             if not progressed and w < len(wanted):
-                raise self._gone(stage_partition, wanted[w], None)
+                raise self._gone(staging, stage_partition, wanted[w], None)
 
-    def _gone(self, stage_partition: int, slice_: tuple[int, int, tuple[str, int], int], cause: Any) -> SparklogError:
+    def _gone(
+        self, staging: str, stage_partition: int, slice_: tuple[int, int, tuple[str, int], int], cause: Any
+    ) -> SparklogError:
         first, last, (topic, partition), _ = slice_
         path = sink_path(self.client, self.sink_id)
         return OffsetOutOfRange(
-            f"sparklog sink {self.sink_id}: the staged rows for {topic}-{partition} ({self.staging}-{stage_partition} "
+            f"sparklog sink {self.sink_id}: the staged rows for {topic}-{partition} ({staging}-{stage_partition} "
             f"offsets {first}..{last}) are gone ({cause or 'not found'}), probably deleted by the staging topic's "
             f"retention; the batch cannot be finished exactly once. To go on anyway (its rows may then be "
             f"written twice), delete the znode {path}"

@@ -1,6 +1,8 @@
 """The ``sparklog`` sink: ``df.write.format("sparklog")`` and ``df.writeStream.format("sparklog")``.
 
-Input columns: ``value`` (binary or string, required), optional ``key`` (binary or string),
+Input columns: ``value`` (required: binary or string for plain topics; for a typed topic a struct of
+its schema's fields, as the sparklog source reads it, or Avro single-object encoded binary, see
+:mod:`sparklog.datasource.typed`), optional ``key`` (binary or string),
 ``partition`` (int), ``headers`` (array<struct<key string, value binary>> or map<string, binary>),
 ``timestamp`` (timestamp or long ms), ``topic`` (string; the ``topic`` option is the default for
 rows without one); an ``offset`` column (as read from sparklog) is ignored. Keyed rows go to the
@@ -13,14 +15,25 @@ checkpoint (Spark's Kafka sink is only at-least-once). How:
 1. *Stage* (tasks, :class:`Stager`): each task appends its rows, grouped by target partition in
    slices of ``batchRecords`` rows, to a staging topic (``stagingTopic``, default
    ``__sparklog_staging``, created on first use with ``retention.ms`` of one hour); its commit message
-   lists where each slice landed (staging partition and exact offsets) and which partition it is
-   for. Nothing is visible in the target topic yet. A failed or duplicate task attempt leaves only
+   lists where each slice landed (staging topic, partition and exact offsets) and which partition it
+   is for. Nothing is visible in the target topic yet. A failed or duplicate task attempt leaves only
    unreferenced staged rows, which Spark never hands to the commit, and retention deletes.
+
+   *Typed topics* stage their values already checked and converted (columnar, see
+   :func:`sparklog.datasource.typed.sink_values`: a row that does not fit the schema fails the task,
+   so nothing of the batch is published) into a typed staging topic per target schema version,
+   ``<stagingTopic>.<topic>.v<version>.<hash>`` (created on first use with that version's schema as
+   its only one, same retention; the hash of the schema text tells a re-created topic's schema
+   apart). Its stored batches are then exactly the target's type, and publishing copies them
+   unchanged, sent as that version of the target (the leader evolves them if the target has a newer
+   one by then). Each staging topic has its own producers, so a target may take slices from two
+   versions in one batch.
 2. *Publish* (driver, ``commit(messages, batchId)``, :mod:`sparklog.datasource.publish`): first a
    *publish intent* for the batch (its slices per target partition, and where each producer's
    sequence numbers start) is stored in ZooKeeper at ``<root>/sinks/<query id>``; then every slice
    is copied from the staging topic to its partition through the broker's idempotent producer: the
-   producer id is derived from (query id, topic, partition, staging partition) and each slice
+   producer id is derived from (query id, topic, partition, staging partition, and the staging topic
+   when it is a typed one) and each slice
    carries the sequence number the intent implies. The leader recognises a slice it already stored
    (a retry after a lost acknowledgement, a leader change, or a crash of the whole commit) and does
    not append it again. Finally the znode records the batch as published, with the next sequence
@@ -44,6 +57,7 @@ in the driver, so a micro-batch costs one more pass over its data than an at-lea
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import logging
 import os
 import uuid
@@ -76,15 +90,17 @@ from sparklog.client.cluster_client import ClusterClient
 from sparklog.client.partitioner import partitions_for_keys
 from sparklog.datasource import connections
 from sparklog.datasource.options import WriteOptions
+from sparklog.datasource.typed import check_sink_value_type, sink_values
 from sparklog.errors import InvalidRecord, InvalidRequest, TopicExists, UnknownTopic
 from sparklog.records import to_record_batch
+from sparklog.schemas.value_schema import ValueSchema
 
 log = logging.getLogger("sparklog.datasource")
 
 STAGING_CONFIGS = {"retention.ms": str(3600 * 1000), "segment.ms": str(600 * 1000)}
 
-# (target topic, target partition, staging partition, first staged offset, last staged offset)
-Slice = tuple[str, int, int, int, int]
+# (target topic, target partition, staging partition, first staged offset, last staged offset, staging topic)
+Slice = tuple[str, int, int, int, int, str]
 
 
 @dataclasses.dataclass
@@ -98,6 +114,7 @@ class SparklogCommitMessage(WriterCommitMessage):
     staging_topic: str
     slices: list[Slice]
     rows: int
+    versions: dict[str, int] = dataclasses.field(default_factory=dict)  # typed staging topic -> target version
 
 
 # ----------------------------------------------------------------------------------------- schema
@@ -110,10 +127,11 @@ def check_input_schema(schema: StructType, options: WriteOptions) -> None:
     fields = {f.name.lower(): f for f in schema.fields}
     if "value" not in fields:
         raise InvalidRequest(
-            f"sparklog sink needs a 'value' column (binary or string); the input has {schema.simpleString()}"
+            "sparklog sink needs a 'value' column (binary or string, or a struct for a typed topic); the input "
+            f"has {schema.simpleString()}"
         )
     checks = {
-        "value": (BinaryType, StringType),
+        "value": (BinaryType, StringType, StructType),
         "key": (BinaryType, StringType),
         "topic": (StringType,),
         "partition": (IntegerType, LongType, ShortType),
@@ -153,19 +171,42 @@ def check_input_schema(schema: StructType, options: WriteOptions) -> None:
 
 
 # ----------------------------------------------------------------------------------------- staging
-def ensure_staging_topic(client: ClusterClient, name: str) -> int:
-    """The staging topic's partition count, creating the topic on first use."""
+def ensure_staging_topic(client: ClusterClient, name: str, value_schema: ValueSchema | None = None) -> int:
+    """The staging topic's partition count, creating the topic on first use (typed with
+    ``value_schema`` as its only version, for a typed target)."""
     try:
-        return client.topic(name).partitions
+        partitions = client.topic(name).partitions
     except UnknownTopic:
-        pass
-    brokers = len(client.cluster.brokers())
-    try:
-        client.cluster.create_topic(name, max(4, 2 * brokers), min(3, max(1, brokers)), STAGING_CONFIGS)
-        log.info("sparklog: created the staging topic %s", name)
-    except TopicExists:
-        pass
-    return client.topic(name, refresh=True).partitions
+        brokers = len(client.cluster.brokers())
+        try:
+            client.cluster.create_topic(
+                name,
+                max(4, 2 * brokers),
+                min(3, max(1, brokers)),
+                STAGING_CONFIGS,
+                value_schema=None if value_schema is None else value_schema.json,
+            )
+            log.info("sparklog: created the staging topic %s", name)
+        except TopicExists:
+            pass
+        partitions = client.topic(name, refresh=True).partitions
+    if value_schema is not None:
+        staged = client.value_schema(name)
+        if staged is None or not staged.same_as(value_schema):
+            raise InvalidRequest(
+                f"sparklog sink: the staging topic {name!r} does not have the value schema of {value_schema.label}; "
+                "delete it (it only holds staged rows) and write again"
+            )
+    return partitions
+
+
+def typed_staging_topic(staging: str, topic: str, schema: ValueSchema) -> str:
+    """The staging topic of a typed target's schema version: ``<staging>.<topic>.v<version>.<hash>``."""
+    digest = hashlib.sha256(schema.json.encode()).hexdigest()[:8]
+    name = f"{staging}.{topic}.v{schema.version}.{digest}"
+    if len(name) > 200:  # topic names stop at 200 characters
+        name = f"{staging}.{hashlib.sha256(topic.encode()).hexdigest()[:16]}.v{schema.version}.{digest}"
+    return name
 
 
 _partition_counts: dict[tuple[str, str], int] = {}
@@ -173,7 +214,7 @@ _partition_counts: dict[tuple[str, str], int] = {}
 
 def _partitions_of(client: ClusterClient, zookeeper: str, topic: str) -> int:
     """The partition count of a topic the sink may write (cached per process); refuses topics that
-    do not exist and typed topics."""
+    do not exist."""
     key = (zookeeper, topic)
     n = _partition_counts.get(key)
     if n is None:
@@ -181,39 +222,37 @@ def _partitions_of(client: ClusterClient, zookeeper: str, topic: str) -> int:
             n = client.topic(topic, refresh=True).partitions
         except UnknownTopic:
             raise UnknownTopic(f"sparklog sink: topic {topic!r} does not exist (create it first)") from None
-        from sparklog.schemas.registry import SchemaRegistry
-
-        if SchemaRegistry.from_cluster(client.cluster).latest_or_none(topic) is not None:
-            raise InvalidRequest(
-                f"sparklog sink: topic {topic!r} is a typed topic (Avro value schema); the sink writes plain "
-                "(binary) values only in this version"
-            )
         _partition_counts[key] = n
     return n
 
 
-def check_target_topic(options: WriteOptions) -> None:
-    """At save()/start(): the ``topic`` option names a plain topic that exists."""
-    if options.topic is not None:
-        _partitions_of(connections.cluster_client(options.zookeeper), options.zookeeper, options.topic)
+def check_target_topic(options: WriteOptions, schema: StructType) -> None:
+    """At save()/start(): the ``topic`` option names a topic that exists and takes the input's
+    ``value`` type (rows naming other topics in a ``topic`` column are checked when written)."""
+    if options.topic is None:
+        return
+    client = connections.cluster_client(options.zookeeper)
+    _partitions_of(client, options.zookeeper, options.topic)
+    value = next(f for f in schema.fields if f.name.lower() == "value")
+    check_sink_value_type(value.dataType, client.value_schema(options.topic), options.topic)
 
 
 class Stager:
     """One task attempt's staging: routes rows to target partitions and appends them, in slices,
-    to the staging topic."""
+    to the staging topic (a typed target's values, checked against its schema, to the typed staging
+    topic of its schema version)."""
 
     def __init__(self, options: WriteOptions, task_partition: int, attempt: int) -> None:
         self.options = options
         self.task_partition = task_partition
         self.attempt = attempt
         self.client = connections.cluster_client(options.zookeeper)
-        staging_partitions = ensure_staging_topic(self.client, options.staging_topic)
-        self.stage_partition = task_partition % staging_partitions
-        self.stream = connections.PutStream(
-            self.client, options.staging_topic, self.stage_partition, acks="all", window=8
-        )
-        self.pending: dict[tuple[str, int], list[pa.RecordBatch]] = {}
-        self.pending_rows: dict[tuple[str, int], int] = {}
+        self.streams: dict[str, connections.PutStream] = {}  # staging topic -> this task's stream
+        self.stage_partitions: dict[str, int] = {}
+        self.versions: dict[str, int] = {}  # typed staging topic -> the target's schema version
+        # pending rows per (target topic, target partition, staging topic)
+        self.pending: dict[tuple[str, int, str], list[pa.RecordBatch]] = {}
+        self.pending_rows: dict[tuple[str, int, str], int] = {}
         self.slices: list[Slice] = []
         self.rows = 0
         self.sticky = task_partition
@@ -222,25 +261,62 @@ class Stager:
     def add(self, batch: pa.RecordBatch) -> None:
         if batch.num_rows == 0:
             return
-        names = batch.schema.names
-        lower = {n.lower(): n for n in names}
-        records = to_record_batch(
-            pa.RecordBatch.from_arrays(
-                [batch.column(lower[c]) for c in ("key", "value", "timestamp", "headers") if c in lower],
-                names=[c for c in ("key", "value", "timestamp", "headers") if c in lower],
-            )
-        ).drop_columns(["offset"])
-        self.rows += records.num_rows
+        lower = {n.lower(): n for n in batch.schema.names}
+        present = [c for c in ("key", "value", "timestamp", "headers") if c in lower]
+        user = pa.RecordBatch.from_arrays([batch.column(lower[c]) for c in present], names=present)
         topics = self._topics(batch.column(lower["topic"]) if "topic" in lower else None, batch.num_rows)
         explicit = batch.column(lower["partition"]) if "partition" in lower else None
         for topic, rows in topics:
-            subset = records if rows is None else records.take(pa.array(rows))
+            subset = user if rows is None else user.take(pa.array(rows))
             part_col = None if explicit is None else (explicit if rows is None else explicit.take(pa.array(rows)))
-            targets = self._route(topic, subset, part_col)
+            n = _partitions_of(self.client, self.options.zookeeper, topic)
+            schema = self.client.value_schema(topic)
+            staging = self._staging(topic, schema)
+            records = self._records(topic, subset, schema)
+            self.rows += records.num_rows
+            targets = self._route(topic, n, records, part_col)
             for p in np.unique(targets):
                 idx = np.nonzero(targets == p)[0]
-                piece = subset if len(idx) == subset.num_rows else subset.take(pa.array(idx))
-                self._queue((topic, int(p)), piece)
+                piece = records if len(idx) == records.num_rows else records.take(pa.array(idx))
+                self._queue((topic, int(p), staging), piece)
+
+    def _records(self, topic: str, rows: pa.RecordBatch, schema: ValueSchema | None) -> pa.RecordBatch:
+        """The rows as stored records of ``topic`` (without offsets): values checked and converted."""
+        i = rows.schema.get_field_index("value")
+        lookup = None if schema is None else self.client.schema_lookup(topic)
+        value = sink_values(rows.column(i), schema, topic, lookup)
+        if value is not rows.column(i):
+            rows = rows.set_column(i, pa.field("value", value.type), value)
+        value_type = pa.binary() if schema is None else schema.arrow_type
+        return to_record_batch(rows, value_type).drop_columns(["offset"])
+
+    def _staging(self, topic: str, schema: ValueSchema | None) -> str:
+        """The staging topic for ``topic``'s rows, with this task's stream to it open."""
+        name = (
+            self.options.staging_topic
+            if schema is None
+            else typed_staging_topic(self.options.staging_topic, topic, schema)
+        )
+        if name not in self.streams:
+            partitions = ensure_staging_topic(self.client, name, schema)
+            stage_partition = self.task_partition % partitions
+            version = None
+            if schema is not None:
+                staged = self.client.value_schema(name)
+                assert staged is not None and schema.version is not None
+                version = staged.version
+                self.versions[name] = schema.version
+            self.stage_partitions[name] = stage_partition
+            self.streams[name] = connections.PutStream(
+                self.client,
+                name,
+                stage_partition,
+                acks="all",
+                window=8,
+                value_type=None if schema is None else schema.arrow_type,
+                schema_version=version,
+            )
+        return name
 
     def _topics(self, column: pa.Array | None, n: int) -> list[tuple[str, np.ndarray | None]]:
         default = self.options.topic
@@ -258,8 +334,7 @@ class Stager:
         codes = encoded.indices.to_numpy(zero_copy_only=False)
         return [(name, np.nonzero(codes == i)[0]) for i, name in enumerate(names)]
 
-    def _route(self, topic: str, records: pa.RecordBatch, explicit: pa.Array | None) -> np.ndarray:
-        n = _partitions_of(self.client, self.options.zookeeper, topic)
+    def _route(self, topic: str, n: int, records: pa.RecordBatch, explicit: pa.Array | None) -> np.ndarray:
         rows = records.num_rows
         parts = np.full(rows, -1, dtype=np.int64)
         if explicit is not None:
@@ -285,13 +360,13 @@ class Stager:
         return parts
 
     # ------------------------------------------------------------------ staging
-    def _queue(self, target: tuple[str, int], piece: pa.RecordBatch) -> None:
+    def _queue(self, target: tuple[str, int, str], piece: pa.RecordBatch) -> None:
         self.pending.setdefault(target, []).append(piece)
         self.pending_rows[target] = self.pending_rows.get(target, 0) + piece.num_rows
         if self.pending_rows[target] >= self.options.batch_records:
             self._flush(target, final=False)
 
-    def _flush(self, target: tuple[str, int], final: bool) -> None:
+    def _flush(self, target: tuple[str, int, str], final: bool) -> None:
         pieces = self.pending.pop(target, [])
         self.pending_rows.pop(target, None)
         if not pieces:
@@ -308,25 +383,38 @@ class Stager:
             self.pending[target] = [rest]
             self.pending_rows[target] = rest.num_rows
 
-    def _stage(self, target: tuple[str, int], piece: pa.RecordBatch) -> None:
-        for ack in self.stream.submit(piece, tag=target):
+    def _stage(self, target: tuple[str, int, str], piece: pa.RecordBatch) -> None:
+        for ack in self.streams[target[2]].submit(piece, tag=target):
             self._staged(*ack)
 
-    def _staged(self, target: tuple[str, int], base: int, last: int, rows: int) -> None:
+    def _staged(self, target: tuple[str, int, str], base: int, last: int, rows: int) -> None:
         if last - base + 1 != rows:
             raise InvalidRecord(f"sparklog staging stored {last - base + 1} rows for a slice of {rows}")
-        self.slices.append((target[0], target[1], self.stage_partition, base, last))
+        topic, partition, staging = target
+        self.slices.append((topic, partition, self.stage_partitions[staging], base, last, staging))
         _maybe_fail_task(self.options, self.attempt)
 
     def finish(self, query_id: str | None, batch_id: int | None) -> SparklogCommitMessage:
         for target in sorted(self.pending):
             self._flush(target, final=True)
-        for ack in self.stream.flush():
-            self._staged(*ack)
-        self.stream.close()
+        for stream in self.streams.values():
+            for ack in stream.flush():
+                self._staged(*ack)
+        self.close()
         return SparklogCommitMessage(
-            query_id, batch_id, self.task_partition, self.attempt, self.options.staging_topic, self.slices, self.rows
+            query_id,
+            batch_id,
+            self.task_partition,
+            self.attempt,
+            self.options.staging_topic,
+            self.slices,
+            self.rows,
+            dict(self.versions),
         )
+
+    def close(self) -> None:
+        for stream in self.streams.values():
+            stream.close()
 
 
 def _maybe_fail_task(options: WriteOptions, attempt: int) -> None:
@@ -356,9 +444,13 @@ def _stage_task(options: WriteOptions, iterator: Iterator[pa.RecordBatch], strea
         raw_batch = ctx.getLocalProperty("streaming.sql.batchId")
         batch_id = int(raw_batch) if raw_batch is not None else None
     stager = Stager(options, task_partition, attempt)
-    for batch in iterator:
-        stager.add(batch)
-    return stager.finish(query_id, batch_id)
+    try:
+        for batch in iterator:
+            stager.add(batch)
+        return stager.finish(query_id, batch_id)
+    except BaseException:
+        stager.close()
+        raise
 
 
 # ----------------------------------------------------------------------------------------- writers
@@ -367,7 +459,7 @@ class SparklogBatchWriter(DataSourceArrowWriter):
 
     def __init__(self, options: WriteOptions, schema: StructType) -> None:
         check_input_schema(schema, options)
-        check_target_topic(options)
+        check_target_topic(options, schema)
         self.options = options
         self.sink_id = f"batch-{uuid.uuid4().hex}"  # this writer is pickled to tasks and to commit()
 
@@ -388,7 +480,7 @@ class SparklogStreamWriter(DataSourceStreamArrowWriter):
 
     def __init__(self, options: WriteOptions, schema: StructType) -> None:
         check_input_schema(schema, options)
-        check_target_topic(options)
+        check_target_topic(options, schema)
         self.options = options
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> SparklogCommitMessage:
