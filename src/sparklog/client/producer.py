@@ -8,6 +8,7 @@ partition has one open Flight ``do_put`` stream to its leader, acknowledged batc
 from __future__ import annotations
 
 import concurrent.futures
+import functools
 import itertools
 import queue
 import secrets
@@ -31,6 +32,7 @@ from sparklog.schemas.codec import decode_avro
 from sparklog.schemas.value_schema import ValueSchema
 
 ACKS = ("0", "1", "all")
+IN_FLIGHT_WAIT_S = 0.05  # how long the sender waits for groups in flight before sending the next
 
 
 class RecordMetadata(NamedTuple):
@@ -219,18 +221,67 @@ def _take_rows(table: pa.Table, rows: list[slice] | np.ndarray) -> pa.Table:
     return pa.concat_tables([table.slice(r.start, r.stop - r.start) for r in rows])
 
 
+class _LaneJob(NamedTuple):
+    table: pa.Table
+    deadline: float
+    value_schema: ValueSchema | None
+    done: concurrent.futures.Future[np.ndarray]
+
+
 class _PartitionLane:
-    """Runs one partition's sends in order on its own thread, so that a slow or failed partition
-    (a dead leader, too few replicas) never holds up the others."""
+    """One partition's sends, in order, on its own thread, so that a slow or failed partition (a
+    dead leader, too few replicas) never holds up the others. Tables queued while a send is in
+    flight go out together in the next one: the natural batching of a busy producer."""
 
-    def __init__(self, name: str) -> None:
-        self._executor = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix=name)
+    def __init__(self, name: str, send: Any) -> None:
+        self._send = send  # (tables, deadline, value schema) -> the offset of every row
+        self._jobs: queue.SimpleQueue[_LaneJob | None] = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._thread.start()
 
-    def submit(self, fn: Any, *args: Any) -> concurrent.futures.Future[Any]:
-        return self._executor.submit(fn, *args)
+    def submit(
+        self, table: pa.Table, deadline: float, value_schema: ValueSchema | None
+    ) -> concurrent.futures.Future[np.ndarray]:
+        done: concurrent.futures.Future[np.ndarray] = concurrent.futures.Future()
+        self._jobs.put(_LaneJob(table, deadline, value_schema, done))
+        return done
+
+    def _run(self) -> None:
+        while (first := self._jobs.get()) is not None:
+            jobs, last = [first], False
+            while len(jobs) < 1024:
+                try:
+                    job = self._jobs.get_nowait()
+                except queue.Empty:
+                    break
+                if job is None:
+                    last = True
+                    break
+                jobs.append(job)
+            start = 0
+            for i in range(1, len(jobs) + 1):  # runs of jobs with the same value schema go together
+                if i == len(jobs) or jobs[i].value_schema != jobs[start].value_schema:
+                    self._send_together(jobs[start:i])
+                    start = i
+            if last:
+                return
+
+    def _send_together(self, jobs: list[_LaneJob]) -> None:
+        try:
+            offsets = self._send([j.table for j in jobs], min(j.deadline for j in jobs), jobs[0].value_schema)
+        except BaseException as exc:  # every job of the send learns it
+            for job in jobs:
+                job.done.set_exception(exc)
+            return
+        at = 0
+        for job in jobs:
+            job.done.set_result(offsets[at : at + job.table.num_rows])
+            at += job.table.num_rows
 
     def close(self) -> None:
-        self._executor.shutdown(wait=True)
+        """Finish what is queued, then stop."""
+        self._jobs.put(None)
+        self._thread.join()
 
 
 class Producer:
@@ -316,6 +367,7 @@ class Producer:
 
     def _run_sender(self) -> None:
         while True:
+            self._await_in_flight()
             with self._lock:
                 ready = self._take(all_=self._closed)
                 oldest = min((a.since for a in self._pending.values()), default=None)
@@ -330,6 +382,18 @@ class Producer:
             timeout = None if oldest is None else max(0.0, oldest + self.linger_s - time.monotonic())
             self._wake.wait(timeout)
             self._wake.clear()
+
+    def _await_in_flight(self) -> None:
+        """Let the groups in flight be acknowledged before the next group leaves, so that records
+        arriving meanwhile go out together (a group per round trip, not a tiny group per record).
+        Bounded by ``IN_FLIGHT_WAIT_S``: a partition whose leader hangs delays the others' records
+        by that much at most, it never holds them up."""
+        with self._lock:
+            waiting = list(self._in_flight)
+        until = time.monotonic() + IN_FLIGHT_WAIT_S
+        for flush in waiting:
+            if not flush.done.wait(max(0.0, until - time.monotonic())):
+                return
 
     def _take(self, all_: bool) -> list[_Accumulator]:
         now = time.monotonic()
@@ -467,11 +531,15 @@ class Producer:
         sends = []
         for p, rows in _rows_by_partition(parts):
             subset = _take_rows(table, rows)
-            lane = self._lanes.get((topic, p)) or self._lanes.setdefault(
-                (topic, p),
-                _PartitionLane(f"sparklog-send-{topic}-{p}"),  # atomic: one lane per partition
-            )
-            sends.append((p, rows, lane.submit(self._send_to_partition, topic, p, subset, deadline, value_schema)))
+            lane = self._lanes.get((topic, p))
+            if lane is None:
+                with self._lock:  # one lane per partition
+                    lane = self._lanes.get((topic, p))
+                    if lane is None:
+                        lane = self._lanes[(topic, p)] = _PartitionLane(
+                            f"sparklog-send-{topic}-{p}", functools.partial(self._send_to_partition, topic, p)
+                        )
+            sends.append((p, rows, lane.submit(subset, deadline, value_schema)))
         return parts, sends
 
     @staticmethod
@@ -498,17 +566,42 @@ class Producer:
         return offsets, errors
 
     def _send_to_partition(
-        self, topic: str, partition: int, table: pa.Table, deadline: float, value_schema: ValueSchema | None = None
+        self,
+        topic: str,
+        partition: int,
+        tables: list[pa.Table],
+        deadline: float,
+        value_schema: ValueSchema | None = None,
     ) -> np.ndarray:
-        """Send rows to one partition in slices of ``batch_records``, each acknowledged by
+        """Send the tables' rows, in order, to one partition in batches of at most ``batch_records``
+        (small tables packed together, large ones sliced zero-copy), each acknowledged by
         ``deadline`` (a ``time.monotonic()`` value); the offset of every row."""
         value_type = value_schema.arrow_type if value_schema is not None else pa.binary()
-        batch = to_record_batch(table, value_type).drop_columns(["offset"])
-        offsets = np.empty(batch.num_rows, dtype=np.int64)
-        for start in range(0, batch.num_rows, self.batch_records):
-            part = batch.slice(start, self.batch_records)
-            base, _last = self._send_one(topic, partition, part, deadline, value_schema)
-            offsets[start : start + part.num_rows] = np.arange(base, base + part.num_rows) if base >= 0 else -1
+        offsets = np.empty(sum(t.num_rows for t in tables), dtype=np.int64)
+        at = 0
+        small: list[pa.RecordBatch] = []
+
+        def send(batch: pa.RecordBatch) -> None:
+            nonlocal at
+            base, _last = self._send_one(topic, partition, batch, deadline, value_schema)
+            offsets[at : at + batch.num_rows] = np.arange(base, base + batch.num_rows) if base >= 0 else -1
+            at += batch.num_rows
+
+        def send_small() -> None:
+            if small:
+                send(small[0] if len(small) == 1 else pa.concat_batches(small))
+                small.clear()
+
+        for table in tables:
+            batch = to_record_batch(table, value_type).drop_columns(["offset"])
+            if batch.num_rows + sum(b.num_rows for b in small) > self.batch_records:
+                send_small()
+            if batch.num_rows >= self.batch_records:
+                for start in range(0, batch.num_rows, self.batch_records):
+                    send(batch.slice(start, self.batch_records))
+            elif batch.num_rows:
+                small.append(batch)
+        send_small()
         return offsets
 
     def _send_one(
