@@ -45,6 +45,7 @@ def _ports(stdout: str) -> list[int]:
     return [int(found.group(1)), int(found.group(2))]
 
 
+@pytest.mark.timeout(1500)  # two demo runs: ~3 min on an idle 2-core machine, ~8 min on a busy one
 def test_demo_twice_lands_what_was_produced_in_delta(tmp_path: Path) -> None:
     spec = StreamSpec()  # what the demo generates by default
     waves = make_stream(spec)
