@@ -190,9 +190,11 @@ class _PartitionStream:
         except (flight.FlightError, pa.ArrowException, OSError):
             pass
 
-    def close(self, wait_s: float = 0.0) -> None:
-        """End the stream once its current call returns; wait up to ``wait_s`` for that."""
+    def close(self) -> None:
+        """End the stream once its current call returns (``join`` waits for that)."""
         self._jobs.put(None)
+
+    def join(self, wait_s: float) -> None:
         if wait_s > 0:
             self._thread.join(wait_s)
 
@@ -322,7 +324,6 @@ class Producer:
         self.request_timeout_s = request_timeout_s
         self._client = ClusterClient(zookeeper, retries=retries, retry_timeout_s=delivery_timeout_s)
         self._sequences: dict[tuple[str, int], tuple[int, int]] = {}  # partition -> (producer id, next seq)
-        self._partition_locks: dict[tuple[str, int], threading.Lock] = {}
         self._lanes: dict[tuple[str, int], _PartitionLane] = {}
         self._in_flight: set[_Flush] = set()  # groups taken by the sender, not yet acknowledged
         self._streams: dict[tuple[str, int], _PartitionStream] = {}
@@ -617,38 +618,38 @@ class Producer:
         Each partition has its own producer id and sequence: a retried batch keeps its sequence, so
         the leader drops it if it already has it."""
         key = (topic, partition)
-        with self._partition_locks.setdefault(key, threading.Lock()):
-            producer_id, sequence = self._sequences.get(key) or (secrets.randbits(62), 0)
+        # only this partition's lane sends to it: its sequence needs no lock
+        producer_id, sequence = self._sequences.get(key) or (secrets.randbits(62), 0)
 
-            def attempt(client: flight.FlightClient, broker: BrokerInfo) -> tuple[int, int]:
-                left = deadline - time.monotonic()
-                if left <= 0:  # waited behind other batches for the whole delivery timeout: not sent
-                    raise RequestTimedOut(f"delivery timeout of {self.delivery_timeout_s} s passed before sending")
-                stream = self._streams.get(key)
-                if stream is not None and (
-                    stream.broker != broker or stream.producer_id != producer_id or stream.value_schema != value_schema
-                ):
-                    stream.close()
-                    stream = None
-                if stream is None:
-                    stream = _PartitionStream(client, broker, topic, partition, self.acks, producer_id, value_schema)
-                    self._streams[key] = stream
-                try:
-                    return stream.send(batch, sequence, min(self.request_timeout_s, left))
-                except BaseException:
-                    self._streams.pop(key, None)
-                    stream.close()
-                    raise
-
+        def attempt(client: flight.FlightClient, broker: BrokerInfo) -> tuple[int, int]:
+            left = deadline - time.monotonic()
+            if left <= 0:  # waited behind other batches for the whole delivery timeout: not sent
+                raise RequestTimedOut(f"delivery timeout of {self.delivery_timeout_s} s passed before sending")
+            stream = self._streams.get(key)
+            if stream is not None and (
+                stream.broker != broker or stream.producer_id != producer_id or stream.value_schema != value_schema
+            ):
+                stream.close()
+                stream = None
+            if stream is None:
+                stream = _PartitionStream(client, broker, topic, partition, self.acks, producer_id, value_schema)
+                self._streams[key] = stream
             try:
-                result = self._client.call_leader(topic, partition, attempt, deadline)
+                return stream.send(batch, sequence, min(self.request_timeout_s, left))
             except BaseException:
-                # the batch's fate is unknown: the next batches go under a new producer id, so
-                # that they are not refused as out of sequence
-                self._sequences.pop(key, None)
+                self._streams.pop(key, None)
+                stream.close()
                 raise
-            self._sequences[key] = (producer_id, sequence + batch.num_rows)
-            return result
+
+        try:
+            result = self._client.call_leader(topic, partition, attempt, deadline)
+        except BaseException:
+            # the batch's fate is unknown: the next batches go under a new producer id, so
+            # that they are not refused as out of sequence
+            self._sequences.pop(key, None)
+            raise
+        self._sequences[key] = (producer_id, sequence + batch.num_rows)
+        return result
 
     # ----------------------------------------------------------------- lifecycle
     def flush(self, timeout: float | None = None) -> None:
@@ -675,7 +676,7 @@ class Producer:
             stream.close()
         give_up = time.monotonic() + 2.0  # a frozen broker's stream is left behind, not waited for
         for stream in self._streams.values():
-            stream.close(wait_s=give_up - time.monotonic())
+            stream.join(give_up - time.monotonic())
         self._streams.clear()
         self._client.close()
 
