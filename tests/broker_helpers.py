@@ -66,8 +66,11 @@ class ProcessGroup:
 
     def __init__(self) -> None:
         self.procs: list[subprocess.Popen[bytes]] = []
+        self.log_paths: list[Path] = []  # shown by conftest's report hook when a test fails
 
     def spawn(self, args: list[str], log_path: Path, **kwargs: Any) -> subprocess.Popen[bytes]:
+        if log_path not in self.log_paths:
+            self.log_paths.append(log_path)
         with open(log_path, "ab") as out:
             proc = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, env=child_env(), **kwargs)
         self.procs.append(proc)

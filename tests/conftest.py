@@ -64,6 +64,29 @@ def sparklog_connect(zookeeper: EmbeddedZooKeeper) -> str:
     return f"{zookeeper.connect_string}/t-{uuid.uuid4().hex[:8]}"
 
 
+LOG_LINES_ON_FAILURE = 80
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Iterator[None]:
+    """When a test fails, attach the tail of every process log it started (brokers, ZooKeeper
+    proxies...) to the report: CI shows only the report, and the logs vanish with its clone."""
+    outcome = yield
+    report = outcome.get_result()
+    group = getattr(item, "funcargs", {}).get("child_processes")
+    if not report.failed or group is None:
+        return
+    for path in getattr(group, "log_paths", []):
+        try:
+            text = path.read_text(errors="replace")
+        except OSError:
+            continue
+        # log records only: traceback bodies would crowd out the events that explain a failure
+        lines = [line for line in text.splitlines() if line[:1].strip() and not line.startswith("Traceback")]
+        tail = "\n".join(lines[-LOG_LINES_ON_FAILURE:])
+        report.sections.append((f"{path.name} (last {LOG_LINES_ON_FAILURE} records)", tail))
+
+
 @pytest.fixture
 def child_processes() -> Iterator[object]:
     """A ``broker_helpers.ProcessGroup``: every subprocess started through it ends with the test."""
