@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import re
 import signal
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -357,3 +358,55 @@ def test_a_broker_whose_topic_notification_failed_during_a_zookeeper_blip_still_
         for broker in reversed(brokers):
             broker.stop(grace_s=1.0)
         proxy.close()
+
+
+@pytest.mark.slow
+def test_a_broker_asked_for_a_topic_before_its_watch_reported_it_still_takes_every_replica(
+    sparklog_connect: str, tmp_path: Path
+) -> None:
+    """A client may reach a broker about a new topic before that broker's ZooKeeper watch has told
+    it the topic exists (its watch callbacks run late on a busy machine). Answering that client
+    must not make the broker skip the topic when the notification arrives: it must still follow
+    the partitions it replicates (seen in CI: a broker that never fetched its follower replica,
+    stalling acks=all writes until the leader dropped it from the ISR). Two brokers run in this
+    process so that broker 1's watch callbacks can be held back for exactly that moment."""
+    from kazoo.protocol.states import Callback
+
+    from sparklog.broker.broker import Broker
+
+    topic = "early"
+    brokers: list[Broker] = []
+    gate = threading.Event()
+    try:
+        brokers.append(Broker(1, tmp_path / "broker-1", sparklog_connect).start())
+        brokers.append(Broker(2, tmp_path / "broker-2", sparklog_connect).start())
+        early = brokers[0]
+        assert early.cluster is not None
+        early.cluster.zk.handler.dispatch_callback(Callback("watch", gate.wait, (30,)))  # callbacks wait
+        with Admin(sparklog_connect) as admin:
+            admin.create_topic(topic, 2, 2)
+            replicas = admin.describe_topic(topic)["partitions"]
+        led, followed = (0, 1) if replicas[0]["leader"] == 1 else (1, 0)
+        assert replicas[led]["leader"] == 1 and replicas[followed]["leader"] == 2, replicas
+        batch = pa.RecordBatch.from_pydict({"value": [b"before the watch"]})
+        command = {"type": "produce", "topic": topic, "partition": led, "acks": "1"}
+        raw_produce(f"grpc+tcp://127.0.0.1:{early.port}", command, [batch])  # broker 1 learns the topic here
+        gate.set()  # now its watch callbacks run: the topic notification among them
+        with Producer(zookeeper=sparklog_connect, acks="1", linger_ms=0) as producer:
+            meta = producer.send(topic, b"to replicate", partition=followed).result(30)
+
+        def replicated() -> bool:
+            partition = early.partitions.get((topic, followed))
+            return partition is not None and partition.log.log_end_offset > meta.offset
+
+        try:
+            wait_for(replicated, 15, "broker 1 to replicate the record")
+        except AssertionError:
+            raise AssertionError(
+                f"broker 1 never followed {topic}-{followed} after a client asked it about {topic} before its watch "
+                f"reported the topic: its partitions {sorted(early.partitions)}, fetchers {sorted(early.fetchers)}"
+            ) from None
+    finally:
+        gate.set()
+        for broker in reversed(brokers):
+            broker.stop(grace_s=1.0)

@@ -67,7 +67,8 @@ class Broker:
         self.session_timeout_s = session_timeout_s
         self.replica_lag_ms = replica_lag_ms
         self._port = port
-        self.topics: dict[str, TopicMetadata] = {}
+        self.topics: dict[str, TopicMetadata] = {}  # known topics (watched, or read for a client first)
+        self._watched_topics: set[str] = set()  # topics whose metadata znode this broker watches
         self.partitions: dict[TopicPartition, Partition] = {}
         self.fetchers: dict[TopicPartition, ReplicaFetcher] = {}
         self._watched: set[TopicPartition] = set()  # partitions whose state znode is watched
@@ -132,19 +133,24 @@ class Broker:
             log.warning("ZooKeeper session %s: refusing writes", state)
 
     def _after_reconnect(self) -> None:
+        """Register again if the session expired, then re-read every replica's state (notifications
+        may have been missed while disconnected) before accepting writes; retried until it works or
+        the connection drops again (the next reconnect starts over)."""
         assert self.cluster is not None
-        try:
-            if not self.cluster.zk.exists(self.cluster.layout.broker(self.broker_id)):
-                self._register()
-            for name in list(self._unread_topics):
-                self._refresh_topic(name)
-            for topic, p in list(self.partitions):
-                data, stat = self.cluster.zk.get(self.cluster.layout.partition_state(topic, p))
-                self._apply_state(topic, p, PartitionState.from_json(data), stat.version)
-            self.zk_connected = True
-            log.info("ZooKeeper session back: accepting writes where still leader")
-        except Exception:
-            log.exception("could not resume after reconnecting to ZooKeeper")
+        while not self._stopped.is_set() and self.cluster.zk.state == KazooState.CONNECTED:
+            try:
+                if not self.cluster.zk.exists(self.cluster.layout.broker(self.broker_id)):
+                    self._register()
+                for name in list(self._unread_topics):
+                    self._refresh_topic(name)
+                for topic, p in sorted(self._watched):
+                    self.read_state(topic, p)
+                self.zk_connected = True
+                log.info("ZooKeeper session back: accepting writes where still leader")
+                return
+            except Exception:
+                log.exception("could not resume after reconnecting to ZooKeeper; retrying")
+                self._stopped.wait(0.5)
 
     def stop(self, grace_s: float = 3.0) -> bool:
         """Hand leaderships over, stop serving, leave the cluster, close every log cleanly. Calls
@@ -226,8 +232,9 @@ class Broker:
     def _on_topics(self, children: list[str]) -> bool | None:
         if self._stopped.is_set():
             return False
-        for gone in set(self.topics) - set(children):
+        for gone in self._watched_topics - set(children):
             self.topics.pop(gone, None)
+            self._watched_topics.discard(gone)
             with self._lock:
                 self._watched = {k for k in self._watched if k[0] != gone}
                 for key in [k for k in self.partitions if k[0] == gone]:
@@ -236,7 +243,10 @@ class Broker:
                         fetcher.stop()
                     self.partitions.pop(key, None)
             self.logs.delete_topic(gone)
-        for name in set(children) - set(self.topics):
+        # not ``self.topics``: a client may have made this broker read a topic before this
+        # notification arrived, and the topic must be watched all the same
+        for name in set(children) - self._watched_topics:
+            self._watched_topics.add(name)
             self._watch_topic(name)
         return None
 
@@ -329,6 +339,16 @@ class Broker:
         self.logs.delete_partition(topic, p)
         log.info("%s-%s moved away from broker %s: local replica deleted", topic, p, self.broker_id)
 
+    def read_state(self, topic: str, p: int) -> None:
+        """Read a partition's state from ZooKeeper and take the role it gives this broker (the watch
+        delivers changes; this heals a notification that never arrived)."""
+        assert self.cluster is not None
+        try:
+            data, stat = self.cluster.zk.get(self.cluster.layout.partition_state(topic, p))
+        except NoNodeError:
+            return  # the topic is being deleted
+        self._apply_state(topic, p, PartitionState.from_json(data), stat.version)
+
     def _apply_state(self, topic: str, p: int, state: PartitionState, version: int) -> None:
         """Take the leader or follower role a partition state gives this broker."""
         with self._lock:
@@ -339,7 +359,11 @@ class Broker:
             partition = self._partition(topic, p)
             if version < partition.state_version:
                 return  # an older notification arriving late
+            before = partition.state
             partition.apply_state(state, version, self.topics[topic].replicas[p])
+            if before is None or (before.leader, before.leader_epoch) != (state.leader, state.leader_epoch):
+                role = "leads" if state.leader == self.broker_id else f"follows {state.leader}"
+                log.info("%s-%s: broker %s %s in epoch %s", topic, p, self.broker_id, role, state.leader_epoch)
             fetcher = self.fetchers.get((topic, p))
             if state.leader == self.broker_id or state.leader < 0:
                 if fetcher is not None:
@@ -374,8 +398,7 @@ class Broker:
         try:
             stat = self.cluster.zk.set(path, new.to_json(), version=partition.state_version)
         except BadVersionError:
-            data, stat = self.cluster.zk.get(path)
-            self._apply_state(partition.topic, partition.partition, PartitionState.from_json(data), stat.version)
+            self.read_state(partition.topic, partition.partition)
             return False
         except Exception:
             log.warning("could not update the ISR of %s-%s", partition.topic, partition.partition, exc_info=True)
@@ -403,9 +426,7 @@ class Broker:
         if partition is None:
             if self.broker_id not in meta.replicas[p]:
                 raise NotLeader(f"broker {self.broker_id} holds no replica of {topic}-{p}")
-            assert self.cluster is not None
-            data, stat = self.cluster.zk.get(self.cluster.layout.partition_state(topic, p))
-            self._apply_state(topic, p, PartitionState.from_json(data), stat.version)
+            self.read_state(topic, p)
             partition = self._partition(topic, p)
         if not partition.is_leader:
             state = partition.state
@@ -443,6 +464,12 @@ class Broker:
             if self._unread_topics and self.zk_connected:
                 for name in list(self._unread_topics):
                     self._refresh_topic(name)
+            if self.zk_connected:
+                for topic, p in self._watched - set(self.partitions):  # watched, yet no state arrived
+                    try:
+                        self.read_state(topic, p)
+                    except Exception:
+                        log.warning("could not read the state of %s-%s", topic, p, exc_info=True)
             for partition in list(self.partitions.values()):
                 try:
                     partition.maybe_shrink_isr()
@@ -461,6 +488,7 @@ def main(broker_id: int, port: int, data_dir: str, zookeeper: str, host: str = "
     """Run one broker in the foreground (``sparklog broker``)."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     faulthandler.enable()  # a crash in native code prints every thread's stack to stderr
+    faulthandler.register(signal.SIGUSR1, all_threads=True)  # `kill -USR1` shows what every thread is doing
     stop_early = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):  # a signal during start-up still stops cleanly
         signal.signal(sig, lambda *_: stop_early.set())

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from typing import TYPE_CHECKING
 
 import pyarrow.flight as flight
@@ -28,6 +29,7 @@ log = logging.getLogger(__name__)
 FETCH_MAX_BYTES = 16 << 20
 FETCH_WAIT_MS = 500
 FETCH_TIMEOUT_MARGIN_S = 1.5
+STATE_REREAD_S = 2.0  # while the leader refuses us, re-read the partition state at most this often
 
 
 class ReplicaFetcher(threading.Thread):
@@ -39,6 +41,7 @@ class ReplicaFetcher(threading.Thread):
         self.partition = partition
         self._stopped = threading.Event()
         self._truncated_for: tuple[int, int] | None = None  # (leader, epoch) already reconciled
+        self._state_read_at = 0.0
 
     def stop(self) -> None:
         self._stopped.set()
@@ -68,10 +71,24 @@ class ReplicaFetcher(threading.Thread):
                 )
                 if isinstance(error, OffsetOutOfRange):
                     self._truncated_for = None
-                elif not isinstance(error, NotLeader):
+                elif isinstance(error, NotLeader):
+                    self._reread_state()
+                else:
                     log.debug("fetch for %s-%s failed: %s", self.partition.topic, self.partition.partition, error)
                 self._stopped.wait(backoff)
                 backoff = min(backoff * 2, 1.0)
+
+    def _reread_state(self) -> None:
+        """The leader refused us (another epoch, or it does not lead): our view of the partition
+        may be stale (a notification that never arrived), so read it again, now and then."""
+        now = time.monotonic()
+        if now - self._state_read_at < STATE_REREAD_S:
+            return
+        self._state_read_at = now
+        try:
+            self.broker.read_state(self.partition.topic, self.partition.partition)
+        except Exception as exc:  # ZooKeeper unreachable: the reconnect re-reads every state anyway
+            log.debug("could not re-read the state of %s-%s: %r", self.partition.topic, self.partition.partition, exc)
 
     def _truncate_to_leader(self, client: flight.FlightClient, leader_epoch: int) -> None:
         plog = self.partition.log
