@@ -39,6 +39,7 @@ from sparklog.config import TopicConfig
 from sparklog.records import record_schema
 
 CFG = config(segment_bytes=8192, index_interval_bytes=0)
+CFG_LARGE = config(segment_bytes=64 << 20)
 
 
 @dataclasses.dataclass
@@ -192,6 +193,40 @@ def test_a_valid_batch_repeated_at_the_tail_is_cut(source: Source, tmp_path: Pat
     assert log.recovered_bytes == end - position
     leo = check_prefix_log(log, source)
     check_appends_after_recovery(log, source, leo)
+
+
+def test_a_large_batch_whose_head_never_reached_the_disk_is_cut(tmp_path: Path) -> None:
+    """A large batch's body is written while its CRC is computed, then its head (which holds the
+    CRC): a crash in between leaves the body after a head of zeros. Whole, it verifies; headless,
+    it is cut and the batches before it stay."""
+    from sparklog.broker.log.segment import PARALLEL_CRC_BYTES
+
+    rng = np.random.default_rng(5)
+    values = [rng.bytes(1000) for _ in range(2 * PARALLEL_CRC_BYTES // 1000)]
+    log = PartitionLog(tmp_path / "source", CFG_LARGE)
+    log.append({"value": [b"small"] * 3})
+    log.append({"value": values})
+    abandon(log)
+    whole = PartitionLog(copy_dir(tmp_path / "source", tmp_path / "whole"), CFG_LARGE)
+    assert whole.recovered_bytes == 0 and whole.log_end_offset == 3 + len(values)
+    assert [r.as_py() for b in whole.read(3, max_bytes=64 << 20) for r in b.column("value")] == values
+    whole.close()
+
+    work = copy_dir(tmp_path / "source", tmp_path / "headless")
+    segment = segment_files(work)[-1]
+    _, spans = batch_spans(segment)
+    position, end, base, _ = spans[-1]
+    data = bytearray(segment.read_bytes())
+    head = 8 + int.from_bytes(data[position + 4 : position + 8], "little")
+    assert end - position - head >= PARALLEL_CRC_BYTES  # the body went the parallel way
+    data[position : position + head] = bytes(head)
+    segment.write_bytes(bytes(data))
+    log = PartitionLog(work, CFG_LARGE)
+    assert log.log_end_offset == base == 3
+    assert log.recovered_bytes == end - position
+    assert [r.as_py() for b in log.read(0) for r in b.column("value")] == [b"small"] * 3
+    assert log.append({"value": [b"after"]}).base_offset == 3
+    log.close()
 
 
 # ---------------------------------------------------------------------------------------- corruption

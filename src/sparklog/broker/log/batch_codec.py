@@ -146,8 +146,8 @@ class BatchEncoder:
             self._schema_message = data.slice(0, reader.tell()).to_pybytes()
         return self._schema_message
 
-    def encode(self, batch: pa.RecordBatch, header: BatchHeader) -> list[Any]:
-        """The pieces of one batch message (write them in order); its CRC field is filled in."""
+    def encode(self, batch: pa.RecordBatch, header: BatchHeader) -> EncodedBatch:
+        """One batch's message, its CRC field still blank (``EncodedBatch.seal`` fills it)."""
         small = batch.get_total_buffer_size() < self.SMALL_BATCH_BYTES
         stream = self._small if small else self._large
         stream.writer.write_batch(batch, custom_metadata={METADATA_KEY: header.encode()})
@@ -160,7 +160,64 @@ class BatchEncoder:
         if not stream.schema_written:  # a writer's first output opens with the schema message
             stream.schema_written = True
             pieces = _drop_prefix(pieces, len(self.schema_message()))
-        return _seal(pieces)
+        return EncodedBatch.split(pieces)
+
+
+@dataclasses.dataclass
+class EncodedBatch:
+    """A batch message as it will be stored: ``head`` (the IPC prefix and flatbuffer metadata, in
+    which the CRC field lies) then ``body`` (the column buffers, by reference). The CRC covers
+    both; the body's part of it may be computed while the body is being written."""
+
+    head: bytearray
+    body: list[Any]
+    crc_at: int
+
+    @classmethod
+    def split(cls, pieces: list[Any]) -> EncodedBatch:
+        """Join the leading small pieces up to the end of the metadata into ``head``."""
+        head = bytearray()
+        i = 0
+        meta_end = None
+        while i < len(pieces) and (meta_end is None or len(head) < meta_end):
+            head += bytes(pieces[i])
+            i += 1
+            if meta_end is None and len(head) >= _PREFIX_BYTES:
+                meta_end = _PREFIX_BYTES + int.from_bytes(head[4:8], "little")
+        crc_at = head.find(_MARKER, 0, meta_end) + len(_MARKER)
+        if crc_at < len(_MARKER):
+            raise CorruptRecord("batch message has no sparklog header")
+        return cls(head, pieces[i:], crc_at)
+
+    @property
+    def body_size(self) -> int:
+        return sum(_size(p) for p in self.body)
+
+    @property
+    def size(self) -> int:
+        return len(self.head) + self.body_size
+
+    def head_crc(self) -> int:
+        """CRC-32C of the head (CRC field blank): where the CRC of the whole message starts."""
+        return google_crc32c.value(bytes(self.head))
+
+    def seal(self, crc: int | None = None) -> None:
+        """Write the CRC of the whole message into its field: ``crc`` if the caller computed it
+        (``extend_crc(head_crc(), body)``), else computed here."""
+        if crc is None:
+            crc = extend_crc(self.head_crc(), self.body)
+        self.head[self.crc_at : self.crc_at + _CRC_WIDTH] = f"{crc:08x}".encode()
+
+    def pieces(self) -> list[Any]:
+        """Everything to write, in order (seal first)."""
+        return [self.head, *self.body]
+
+
+def extend_crc(crc: int, pieces: list[Any]) -> int:
+    """``crc`` extended over ``pieces`` (buffers are read in place; google_crc32c releases the GIL)."""
+    for p in pieces:
+        crc = google_crc32c.extend(crc, p if isinstance(p, pa.Buffer) else bytes(p))
+    return crc
 
 
 def _empty_batch(schema: pa.Schema) -> pa.RecordBatch:
@@ -181,28 +238,6 @@ def _drop_prefix(pieces: list[Any], count: int) -> list[Any]:
         out.append(memoryview(p)[count:] if count else p)
         count = 0
     return out
-
-
-def _seal(pieces: list[Any]) -> list[Any]:
-    """Join the message's small leading pieces (prefix and flatbuffer metadata) into one bytearray,
-    compute the CRC over the whole message with the CRC field blank, and write it into the field."""
-    head = bytearray()
-    i = 0
-    meta_end = None
-    while i < len(pieces) and (meta_end is None or len(head) < meta_end):
-        head += bytes(pieces[i])
-        i += 1
-        if meta_end is None and len(head) >= _PREFIX_BYTES:
-            meta_end = _PREFIX_BYTES + int.from_bytes(head[4:8], "little")
-    crc_at = head.find(_MARKER, 0, meta_end) + len(_MARKER)
-    if crc_at < len(_MARKER):
-        raise CorruptRecord("batch message has no sparklog header")
-    rest = pieces[i:]
-    crc = google_crc32c.value(bytes(head))
-    for p in rest:
-        crc = google_crc32c.extend(crc, p if isinstance(p, pa.Buffer) else bytes(p))
-    head[crc_at : crc_at + _CRC_WIDTH] = f"{crc:08x}".encode()
-    return [bytes(head), *rest]
 
 
 def _header_span(metadata: pa.Buffer) -> tuple[int, int]:

@@ -24,7 +24,7 @@ import pyarrow as pa
 from sparklog.broker.log.batch_codec import BatchHeader
 from sparklog.broker.log.leader_epoch_cache import LeaderEpochCache
 from sparklog.broker.log.producer_state import ProducerStateTable
-from sparklog.broker.log.segment import SEGMENT_SUFFIX, LogSegment, delete_segment_files, encoded_size, header_for
+from sparklog.broker.log.segment import SEGMENT_SUFFIX, LogSegment, delete_segment_files, header_for
 from sparklog.config import TopicConfig
 from sparklog.errors import CorruptRecord, InvalidRecord, LogClosed, OffsetOutOfRange, RecordTooLarge
 from sparklog.records import TIMESTAMP_TYPE, column_max, int64_column, to_record_batch, versioned_schema
@@ -248,9 +248,9 @@ class PartitionLog:
         another schema), write."""
         if not self.active.schema.equals(batch.schema, check_metadata=True):
             self._start_segment_for(batch.schema, header.base_offset)
-        pieces = self.active.encode(batch, header, self.config.compression)
-        self._maybe_roll(encoded_size(pieces), now, base=header.base_offset)
-        self.active.write(pieces, header)
+        encoded = self.active.encode(batch, header, self.config.compression)
+        self._maybe_roll(encoded.size, now, base=header.base_offset)
+        self.active.write(encoded, header)
         self._remember(header)
         self._after_append(batch.num_rows, now)
 

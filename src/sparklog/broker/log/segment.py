@@ -6,7 +6,9 @@ Files of the segment with base offset 42:
 
 from __future__ import annotations
 
+import concurrent.futures
 import os
+import threading
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -17,7 +19,9 @@ import pyarrow.compute as pc
 from sparklog.broker.log.batch_codec import (
     BatchEncoder,
     BatchHeader,
+    EncodedBatch,
     StoredBatch,
+    extend_crc,
     read_batch_at,
     read_header_at,
     read_schema,
@@ -31,6 +35,21 @@ from sparklog.records import column_max
 SEGMENT_SUFFIX = ".arrows"
 INDEX_SUFFIX = ".index"
 TIME_INDEX_SUFFIX = ".timeindex"
+PARALLEL_CRC_BYTES = 512 << 10  # bodies this large get their CRC computed while they are written
+
+_CHECKSUMMER: concurrent.futures.ThreadPoolExecutor | None = None
+_CHECKSUMMER_LOCK = threading.Lock()
+
+
+def _checksummer() -> concurrent.futures.ThreadPoolExecutor:
+    """Threads that compute CRCs beside the writes (shared by every segment of the process)."""
+    global _CHECKSUMMER
+    with _CHECKSUMMER_LOCK:
+        if _CHECKSUMMER is None:
+            _CHECKSUMMER = concurrent.futures.ThreadPoolExecutor(
+                max_workers=os.cpu_count() or 2, thread_name_prefix="sparklog-crc"
+            )
+        return _CHECKSUMMER
 
 
 def segment_path(directory: Path, base_offset: int, suffix: str = SEGMENT_SUFFIX) -> Path:
@@ -46,8 +65,9 @@ def delete_segment_files(directory: Path, base_offset: int) -> None:
 class LogSegment:
     """An append-only Arrow IPC stream of record batches with increasing offsets.
 
-    Appends: a :class:`BatchEncoder` turns the batch into its IPC message (CRC included) as buffer
-    references, written with one ``pwritev`` at the end of the file. Reads come zero-copy from a
+    Appends: a :class:`BatchEncoder` turns the batch into its IPC message as buffer references,
+    written with ``pwritev`` at the end of the file (a large body while its CRC is computed on
+    another thread, then the head that holds the CRC). Reads come zero-copy from a
     memory map renewed when the file has grown past it. The caller (``PartitionLog``) serializes
     appends.
     """
@@ -203,24 +223,39 @@ class LogSegment:
         return cut
 
     # ----------------------------------------------------------------- writing
-    def encode(self, batch: pa.RecordBatch, header: BatchHeader, compression: str = "none") -> list[Any]:
-        """The pieces of the batch's stored message (valid for any segment of this schema)."""
+    def encode(self, batch: pa.RecordBatch, header: BatchHeader, compression: str = "none") -> EncodedBatch:
+        """The batch's stored message, not yet sealed (valid for any segment of this schema)."""
         encoder = self._encoder
         if encoder is None or encoder.compression != compression:
             encoder = self._encoder = BatchEncoder(self.schema, compression)
         return encoder.encode(batch, header)
 
-    def write(self, pieces: list[Any], header: BatchHeader) -> int:
-        """Append encoded pieces at the end of the file; returns the stored size."""
+    def write(self, encoded: EncodedBatch, header: BatchHeader) -> int:
+        """Seal and append an encoded batch at the end of the file; returns the stored size.
+
+        A large body is written while another thread computes its CRC; the head (which holds the
+        CRC) goes last, so a crash in between leaves a head of zeros that recovery cuts off."""
         position = self.size
-        total = encoded_size(pieces)
+        head = len(encoded.head)
+        if encoded.body_size >= PARALLEL_CRC_BYTES:
+            body_crc = _checksummer().submit(extend_crc, encoded.head_crc(), encoded.body)
+            self._write_at(encoded.body, position + head)
+            encoded.seal(body_crc.result())
+            self._write_at([encoded.head], position)
+        else:
+            encoded.seal()
+            self._write_at(encoded.pieces(), position)
+        total = encoded.size
+        self.size = position + total
+        self._index(header, position, total)
+        return total
+
+    def _write_at(self, pieces: list[Any], position: int) -> None:
+        total = sum(p.size if isinstance(p, pa.Buffer) else len(p) for p in pieces)
         written = os.pwritev(self._fd, pieces, position)
         while written < total:  # a short write of a huge batch: write the rest
             rest = b"".join(bytes(p) for p in pieces)[written:]
             written += os.pwrite(self._fd, rest, position + written)
-        self.size = position + total
-        self._index(header, position, total)
-        return total
 
     def append(self, batch: pa.RecordBatch, header: BatchHeader, compression: str = "none") -> int:
         """Append one batch whose ``offset`` column is already assigned; returns its stored size."""
@@ -376,11 +411,6 @@ class LogSegment:
 
     def __repr__(self) -> str:
         return f"LogSegment(base={self.base_offset}, next={self.next_offset}, size={self.size})"
-
-
-def encoded_size(pieces: list[Any]) -> int:
-    """Bytes the encoded pieces of a batch take on disk."""
-    return sum(p.size if isinstance(p, pa.Buffer) else len(p) for p in pieces)
 
 
 def header_for(batch: pa.RecordBatch, leader_epoch: int, producer_id: int, producer_seq: int) -> BatchHeader:
