@@ -86,6 +86,7 @@ class Consumer:
         self._positions: dict[TopicPartition, int] = {}
         self._assigned: list[TopicPartition] = []
         self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=32, thread_name_prefix="sparklog-fetch")
+        self._partition_columns = _PartitionColumns()
         self._inflight: dict[TopicPartition, concurrent.futures.Future[list[pa.RecordBatch]]] = {}
         self._inflight_at: dict[TopicPartition, tuple[int, concurrent.futures.Future[list[pa.RecordBatch]]]] = {}
         self._partitioner: SetPartitioner | None = None
@@ -200,7 +201,7 @@ class Consumer:
                     if batch.num_rows:
                         if self.value_format == "avro":
                             batch = self._as_avro(tp[0], batch)
-                        out.append(_with_partition_columns(batch, tp))
+                        out.append(self._partition_columns.prepend(batch, tp))
                         offset = batch.column(0)[-1].as_py() + 1
                 self._positions[tp] = offset
             if out or time.monotonic() >= deadline:
@@ -305,12 +306,23 @@ class Consumer:
         self.close()
 
 
-def _with_partition_columns(batch: pa.RecordBatch, tp: TopicPartition) -> pa.RecordBatch:
-    """``topic`` (dictionary-encoded: one string, not one per row) and ``partition`` in front."""
-    n = batch.num_rows
-    zeros = pa.array(np.zeros(n, dtype=np.int32))
-    topic = pa.DictionaryArray.from_arrays(zeros, pa.array([tp[0]], pa.string()))
-    partition = pa.array(np.full(n, tp[1], dtype=np.int32))
-    return pa.RecordBatch.from_arrays(
-        [topic, partition, *batch.columns], names=["topic", "partition", *batch.schema.names]
-    )
+class _PartitionColumns:
+    """Puts ``topic`` (dictionary-encoded: one string, not one per row) and ``partition`` in front
+    of fetched batches. Both columns are constant per partition, so they are built once (grown
+    when a longer batch comes) and sliced for each batch: no per-batch allocation."""
+
+    def __init__(self) -> None:
+        self._columns: dict[TopicPartition, tuple[pa.Array, pa.Array]] = {}
+
+    def prepend(self, batch: pa.RecordBatch, tp: TopicPartition) -> pa.RecordBatch:
+        n = batch.num_rows
+        columns = self._columns.get(tp)
+        if columns is None or len(columns[0]) < n:
+            size = max(n, 2 * len(columns[0]) if columns else 0)
+            topic = pa.DictionaryArray.from_arrays(
+                pa.array(np.zeros(size, dtype=np.int32)), pa.array([tp[0]], pa.string())
+            )
+            columns = self._columns[tp] = (topic, pa.array(np.full(size, tp[1], dtype=np.int32)))
+        topic, partition = columns
+        names = ["topic", "partition", *batch.schema.names]
+        return pa.RecordBatch.from_arrays([topic.slice(0, n), partition.slice(0, n), *batch.columns], names=names)
