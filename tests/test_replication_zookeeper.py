@@ -300,6 +300,22 @@ def test_a_controller_whose_session_expired_stops_acting_as_controller(
         proxy.close()
 
 
+def wait_replicated(broker: Any, topic: str, partition: int, offset: int, failure: str) -> None:
+    """Until an in-process broker's replica of the partition holds ``offset`` (15 s), else fail with
+    ``failure`` and what the broker has."""
+
+    def replicated() -> bool:
+        replica = broker.partitions.get((topic, partition))
+        return replica is not None and replica.log.log_end_offset > offset
+
+    try:
+        wait_for(replicated, 15, f"broker {broker.broker_id} to replicate offset {offset} of {topic}-{partition}")
+    except AssertionError:
+        raise AssertionError(
+            f"{failure}: its partitions {sorted(broker.partitions)}, fetchers {sorted(broker.fetchers)}"
+        ) from None
+
+
 @pytest.mark.slow
 def test_a_broker_whose_topic_notification_failed_during_a_zookeeper_blip_still_takes_its_replica(
     sparklog_connect: str, tmp_path: Path
@@ -342,18 +358,14 @@ def test_a_broker_whose_topic_notification_failed_during_a_zookeeper_blip_still_
         with Producer(zookeeper=sparklog_connect, acks="all", linger_ms=0) as producer:
             meta = producer.send(topic, b"to both replicas", partition=0).result(30)
 
-        def replicated() -> bool:
-            partition = follower.partitions.get((topic, 0))
-            return partition is not None and partition.log.log_end_offset > meta.offset
-
-        try:
-            wait_for(replicated, 15, "broker 2 to replicate the record")
-        except AssertionError:
-            raise AssertionError(
-                f"broker 2 never took its replica of {topic}-0 after one failed read of the topic during a "
-                f"ZooKeeper connection blip: its partitions {sorted(follower.partitions)}, fetchers "
-                f"{sorted(follower.fetchers)}, partition state {brokers[0].cluster.partition_state(topic, 0)}"
-            ) from None
+        wait_replicated(
+            follower,
+            topic,
+            0,
+            meta.offset,
+            f"broker 2 never took its replica of {topic}-0 after one failed read of the topic during a "
+            f"ZooKeeper connection blip (partition state {brokers[0].cluster.partition_state(topic, 0)})",
+        )
     finally:
         for broker in reversed(brokers):
             broker.stop(grace_s=1.0)
@@ -395,17 +407,14 @@ def test_a_broker_asked_for_a_topic_before_its_watch_reported_it_still_takes_eve
         with Producer(zookeeper=sparklog_connect, acks="1", linger_ms=0) as producer:
             meta = producer.send(topic, b"to replicate", partition=followed).result(30)
 
-        def replicated() -> bool:
-            partition = early.partitions.get((topic, followed))
-            return partition is not None and partition.log.log_end_offset > meta.offset
-
-        try:
-            wait_for(replicated, 15, "broker 1 to replicate the record")
-        except AssertionError:
-            raise AssertionError(
-                f"broker 1 never followed {topic}-{followed} after a client asked it about {topic} before its watch "
-                f"reported the topic: its partitions {sorted(early.partitions)}, fetchers {sorted(early.fetchers)}"
-            ) from None
+        wait_replicated(
+            early,
+            topic,
+            followed,
+            meta.offset,
+            f"broker 1 never followed {topic}-{followed} after a client asked it about {topic} before its watch "
+            "reported the topic",
+        )
     finally:
         gate.set()
         for broker in reversed(brokers):
