@@ -53,6 +53,9 @@ class Partition:
         self._follower_caught_up_ms: dict[int, float] = {}
         self._previous_fetch: dict[int, tuple[int, float]] = {}  # follower -> (leader's end, when)
         self._epoch_start_offset = 0  # the log end when this broker became leader
+        # followers whose return to the ISR is being written to ZooKeeper: the HW already waits for
+        # them (Kafka's "maximal ISR"), or it could pass a replica that is in the ISR a moment later
+        self._joining: set[int] = set()
         self.changed = threading.Condition()  # notified when the HW or the role changes
 
     # ----------------------------------------------------------------- role
@@ -80,6 +83,7 @@ class Partition:
                 self._follower_end = {r: -1 for r in self.replicas if r != self.broker_id}
                 self._follower_caught_up_ms = {r: now for r in self.replicas if r != self.broker_id}
                 self._previous_fetch = {}
+                self._joining = set()
                 self._epoch_start_offset = self.log.log_end_offset
                 self.high_watermark = max(self.high_watermark, 0)
             self._advance_hw()
@@ -165,19 +169,29 @@ class Partition:
             # rejoin once it has everything visible and everything of earlier leader epochs
             # (like Kafka: it need not reach a log end that moves with every write)
             rejoin = (
-                replica_id not in state.isr and offset >= self.high_watermark and offset >= self._epoch_start_offset
+                replica_id not in state.isr
+                and replica_id not in self._joining
+                and offset >= self.high_watermark
+                and offset >= self._epoch_start_offset
             )
+            if rejoin:
+                self._joining.add(replica_id)
         if rejoin:  # a follower that caught up rejoins the ISR (written to ZooKeeper outside the lock)
-            self.update_isr(self, sorted({*state.isr, replica_id}))
+            try:
+                self.update_isr(self, sorted({*state.isr, replica_id}))
+            finally:
+                with self.changed:
+                    self._joining.discard(replica_id)  # in the ISR now, or the write failed
         return end
 
     def _advance_hw(self) -> None:
-        """HW = the smallest log end among the in-sync replicas (only while enough are in sync)."""
+        """HW = the smallest log end among the in-sync replicas and those joining them (only while
+        enough are in sync)."""
         state = self.state
         if state is None or state.leader != self.broker_id:
             return
         ends = [self.log.log_end_offset]
-        for replica in state.isr:
+        for replica in {*state.isr, *self._joining}:
             if replica != self.broker_id:
                 ends.append(self._follower_end.get(replica, -1))
         if len(state.isr) < self.log.config.min_insync_replicas:
