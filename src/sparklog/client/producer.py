@@ -593,15 +593,20 @@ class Producer:
                 send(small[0] if len(small) == 1 else pa.concat_batches(small))
                 small.clear()
 
+        def as_batch(table: pa.Table) -> pa.RecordBatch:
+            return to_record_batch(table, value_type).drop_columns(["offset"])
+
         for table in tables:
-            batch = to_record_batch(table, value_type).drop_columns(["offset"])
-            if batch.num_rows + sum(b.num_rows for b in small) > self.batch_records:
+            if table.num_rows + sum(b.num_rows for b in small) > self.batch_records:
                 send_small()
-            if batch.num_rows >= self.batch_records:
-                for start in range(0, batch.num_rows, self.batch_records):
-                    send(batch.slice(start, self.batch_records))
-            elif batch.num_rows:
-                small.append(batch)
+            if table.num_rows >= self.batch_records:
+                # each batch made from its own slice of the table: slicing one batch made of the
+                # whole table would copy it all first, and a slice drags its parent's buffers along
+                # (a 10,000-row slice of 600,000 rows went out as 6 MB instead of 1 MB)
+                for start in range(0, table.num_rows, self.batch_records):
+                    send(as_batch(table.slice(start, self.batch_records)))
+            elif table.num_rows:
+                small.append(as_batch(table))
         send_small()
         return offsets
 
