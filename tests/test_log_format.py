@@ -341,3 +341,27 @@ def test_configs_use_kafka_names_and_parse_strings() -> None:
     )
     assert cfg.compacted and cfg.deletes
     assert TopicConfig.from_dict(cfg.to_dict()) == cfg
+
+
+def test_records_without_headers_cost_no_header_bytes_even_when_sliced() -> None:
+    """Absent headers are null lists with no child slots: a batch and any slice of it serialize to
+    the list's offsets and validity only (``pa.nulls`` of a list type gave the children ``rows``
+    slots: 8 bytes more per record everywhere, and a slice sent its parent's whole buffers)."""
+    from sparklog.records import to_record_batch
+
+    rows = 100_000
+    batch = to_record_batch(pa.table({"value": pa.array([b"v"] * rows)}))
+    headers = batch.column("headers")
+    assert headers.null_count == rows and headers.to_pylist()[:2] == [None, None]
+
+    def ipc_bytes(array: pa.Array) -> int:
+        sink = pa.BufferOutputStream()
+        one = pa.record_batch([array], names=["headers"])
+        with ipc.new_stream(sink, one.schema) as writer:
+            writer.write_batch(one)
+        return sink.getvalue().size
+
+    offsets_and_validity = 4 * (rows + 1) + rows // 8
+    assert ipc_bytes(headers) < offsets_and_validity + 2048
+    part = headers.slice(rows // 2, 1000)
+    assert ipc_bytes(part) < 4 * 1001 + 1000 // 8 + 2048
