@@ -26,6 +26,19 @@ class InvalidRecord(SparklogError):
     code = "INVALID_RECORD"
 
 
+class OutOfOrderSequence(InvalidRecord):
+    """An idempotent producer's batch skipped sequence numbers (something it sent before is missing)."""
+
+    code = "OUT_OF_ORDER_SEQUENCE"
+
+
+class DuplicateSequence(OutOfOrderSequence):
+    """An idempotent producer resent a batch older than the last ones the partition remembers for
+    it: it was stored before (Kafka's DUPLICATE_SEQUENCE_NUMBER); its offsets are no longer known."""
+
+    code = "DUPLICATE_SEQUENCE"
+
+
 class RecordTooLarge(SparklogError):
     """A record batch is larger than the topic's ``max.message.bytes``."""
 

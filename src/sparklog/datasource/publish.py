@@ -40,7 +40,7 @@ from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 
 from sparklog.datasource import connections
 from sparklog.datasource.options import WriteOptions
-from sparklog.errors import OffsetOutOfRange, SparklogError
+from sparklog.errors import DuplicateSequence, OffsetOutOfRange, SparklogError
 
 if TYPE_CHECKING:
     from sparklog.client.cluster_client import ClusterClient
@@ -392,8 +392,7 @@ class _Publisher:
 
 def _already_stored(error: SparklogError) -> bool:
     """The leader's answer to a retried batch older than the batches it remembers for the producer."""
-    text = str(error)
-    return (error.code == "OUT_OF_ORDER_SEQUENCE" or "OUT_OF_ORDER_SEQUENCE" in text) and "older" in text
+    return isinstance(error, DuplicateSequence)
 
 
 # ----------------------------------------------------------------------------------------- tests

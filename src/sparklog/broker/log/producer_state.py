@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 from collections import deque
 
-from sparklog.errors import InvalidRecord
+from sparklog.errors import DuplicateSequence, OutOfOrderSequence
 
 BATCHES_KEPT = 5  # like Kafka: a producer has at most this many batches in flight per partition
 
@@ -21,12 +21,6 @@ class ProducerBatch:
     last_sequence: int
     base_offset: int
     last_offset: int
-
-
-class OutOfOrderSequence(InvalidRecord):
-    """A producer's batch skipped sequence numbers (something it sent before is missing)."""
-
-    code = "OUT_OF_ORDER_SEQUENCE"
 
 
 class ProducerStateTable:
@@ -47,7 +41,7 @@ class ProducerStateTable:
                 return batch
         last = batches[-1].last_sequence
         if first_sequence <= last:
-            raise OutOfOrderSequence(
+            raise DuplicateSequence(
                 f"producer {producer_id} resent sequence {first_sequence} which is older than the batches kept"
             )
         if first_sequence != last + 1:
