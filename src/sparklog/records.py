@@ -111,22 +111,24 @@ def _as_timestamp(column: pa.Array | None, rows: int, now: int) -> pa.Array:
     return column
 
 
-_NULL_HEADERS: list[pa.Array] = [pa.nulls(0, HEADER_TYPE)]
+_CACHED_NULL_HEADERS_ROWS = 1 << 17
 
 
 def _null_headers(rows: int) -> pa.Array:
     """``rows`` null header lists holding no child values. (``pa.nulls`` gives the children buffers
     of ``rows`` slots: 8 bytes more per record in every batch sent and stored, and a slice of it
-    carries its parent's whole buffers over the wire.) Sliced from one built array, grown as needed:
-    building it took a sixth of an append."""
-    built = _NULL_HEADERS[0]
-    if len(built) < rows:
-        size = max(rows, 2 * len(built))
-        offsets = pa.array(np.zeros(size + 1, dtype=np.int32))
-        empty = pa.array([], HEADER_TYPE.value_type)
-        built = pa.ListArray.from_arrays(offsets, empty, type=HEADER_TYPE, mask=pa.array(np.ones(size, dtype=bool)))
-        _NULL_HEADERS[0] = built
-    return built.slice(0, rows)
+    carries its parent's whole buffers over the wire.) Arrays are immutable, so batches of a usual
+    size share one: building it took a sixth of an append."""
+    return _built_null_headers(rows) if rows <= _CACHED_NULL_HEADERS_ROWS else _build_null_headers(rows)
+
+
+def _build_null_headers(rows: int) -> pa.Array:
+    offsets = pa.array(np.zeros(rows + 1, dtype=np.int32))
+    empty = pa.array([], HEADER_TYPE.value_type)
+    return pa.ListArray.from_arrays(offsets, empty, type=HEADER_TYPE, mask=pa.array(np.ones(rows, dtype=bool)))
+
+
+_built_null_headers = functools.lru_cache(maxsize=32)(_build_null_headers)
 
 
 def _as_headers(column: pa.Array | None, rows: int) -> pa.Array:
