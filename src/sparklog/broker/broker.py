@@ -141,8 +141,7 @@ class Broker:
             try:
                 if not self.cluster.zk.exists(self.cluster.layout.broker(self.broker_id)):
                     self._register()
-                for name in list(self._unread_topics):
-                    self._refresh_topic(name)
+                self._read_unread_topics()
                 for topic, p in sorted(self._watched):
                     self.read_state(topic, p)
                 self.zk_connected = True
@@ -304,6 +303,10 @@ class Broker:
                     self._drop_replica(name, p)  # moved away from this broker
         return True
 
+    def _read_unread_topics(self) -> None:
+        for name in list(self._unread_topics):
+            self._refresh_topic(name)
+
     def _load_value_schemas(self, topic: str) -> None:
         """Read a typed topic's schema versions (registered before its logs are opened)."""
         assert self.registry is not None
@@ -461,10 +464,8 @@ class Broker:
     def _maintain(self) -> None:
         tick = 0
         while not self._stopped.wait(0.5):
-            if self._unread_topics and self.zk_connected:
-                for name in list(self._unread_topics):
-                    self._refresh_topic(name)
             if self.zk_connected:
+                self._read_unread_topics()
                 for topic, p in self._watched - set(self.partitions):  # watched, yet no state arrived
                     try:
                         self.read_state(topic, p)

@@ -12,6 +12,7 @@ import bisect
 import concurrent.futures
 import contextlib
 import dataclasses
+import functools
 import os
 import shutil
 import threading
@@ -36,15 +37,10 @@ CLEANING_DIR = ".cleaning"
 DEFAULT_MAX_BYTES = 8 << 20
 
 
-_FLUSHER: concurrent.futures.ThreadPoolExecutor | None = None
-
-
+@functools.cache
 def _flusher() -> concurrent.futures.ThreadPoolExecutor:
     """The one background thread that fsyncs rolled segments."""
-    global _FLUSHER
-    if _FLUSHER is None:
-        _FLUSHER = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="sparklog-flush")
-    return _FLUSHER
+    return concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="sparklog-flush")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -7,8 +7,8 @@ Files of the segment with base offset 42:
 from __future__ import annotations
 
 import concurrent.futures
+import functools
 import os
-import threading
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -37,19 +37,11 @@ INDEX_SUFFIX = ".index"
 TIME_INDEX_SUFFIX = ".timeindex"
 PARALLEL_CRC_BYTES = 512 << 10  # bodies this large get their CRC computed while they are written
 
-_CHECKSUMMER: concurrent.futures.ThreadPoolExecutor | None = None
-_CHECKSUMMER_LOCK = threading.Lock()
 
-
+@functools.cache
 def _checksummer() -> concurrent.futures.ThreadPoolExecutor:
     """Threads that compute CRCs beside the writes (shared by every segment of the process)."""
-    global _CHECKSUMMER
-    with _CHECKSUMMER_LOCK:
-        if _CHECKSUMMER is None:
-            _CHECKSUMMER = concurrent.futures.ThreadPoolExecutor(
-                max_workers=os.cpu_count() or 2, thread_name_prefix="sparklog-crc"
-            )
-        return _CHECKSUMMER
+    return concurrent.futures.ThreadPoolExecutor(max_workers=os.cpu_count() or 2, thread_name_prefix="sparklog-crc")
 
 
 def segment_path(directory: Path, base_offset: int, suffix: str = SEGMENT_SUFFIX) -> Path:
@@ -236,22 +228,21 @@ class LogSegment:
         A large body is written while another thread computes its CRC; the head (which holds the
         CRC) goes last, so a crash in between leaves a head of zeros that recovery cuts off."""
         position = self.size
-        head = len(encoded.head)
-        if encoded.body_size >= PARALLEL_CRC_BYTES:
+        head, body = len(encoded.head), encoded.body_size
+        if body >= PARALLEL_CRC_BYTES:
             body_crc = _checksummer().submit(extend_crc, encoded.head_crc(), encoded.body)
-            self._write_at(encoded.body, position + head)
+            self._write_at(encoded.body, body, position + head)
             encoded.seal(body_crc.result())
-            self._write_at([encoded.head], position)
+            self._write_at([encoded.head], head, position)
         else:
             encoded.seal()
-            self._write_at(encoded.pieces(), position)
-        total = encoded.size
-        self.size = position + total
-        self._index(header, position, total)
-        return total
+            self._write_at(encoded.pieces(), head + body, position)
+        self.size = position + head + body
+        self._index(header, position, head + body)
+        return head + body
 
-    def _write_at(self, pieces: list[Any], position: int) -> None:
-        total = sum(p.size if isinstance(p, pa.Buffer) else len(p) for p in pieces)
+    def _write_at(self, pieces: list[Any], total: int, position: int) -> None:
+        """Write ``pieces`` (``total`` bytes) at ``position``, finishing a short write."""
         written = os.pwritev(self._fd, pieces, position)
         while written < total:  # a short write of a huge batch: write the rest
             rest = b"".join(bytes(p) for p in pieces)[written:]
