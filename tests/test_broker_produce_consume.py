@@ -4,6 +4,7 @@ long polling (a record produced during a poll's wait comes back well before the 
 
 from __future__ import annotations
 
+import itertools
 import sys
 import threading
 import time
@@ -243,3 +244,14 @@ def test_every_send_future_names_where_its_own_record_landed(start_broker: Any, 
     expected = partitions_for_keys(pa.array([b"k%d" % (i % 11) for i in range(0, 200, 3)]), 4).tolist()
     assert [sent[v][0] for v in keyed] == expected
     assert sorted(v for v in stored.values() if v.startswith(b"b")) == sorted(values)
+    # runs of 7 rows in order, each run on the partition after the previous run's
+    run_partition = {}
+    for (p, _offset), v in sorted(stored.items()):
+        if v.startswith(b"b"):
+            run_partition.setdefault(int(v[1:]) // 7, set()).add(p)
+    assert all(len(ps) == 1 for ps in run_partition.values())
+    firsts = [next(iter(run_partition[r])) for r in range(len(run_partition))]
+    assert all((b - a) % 4 == 1 for a, b in itertools.pairwise(firsts))
+    for m in metas:  # each partition's runs landed back to back, in order
+        got = [stored[(m.partition, o)] for o in range(m.base_offset, m.last_offset + 1)]
+        assert got == sorted(got, key=lambda v: int(v[1:]))

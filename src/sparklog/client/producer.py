@@ -429,6 +429,7 @@ class Producer:
                 )
             explicit = np.array([-1 if p is None else p for p in partitions], dtype=np.int64)
             parts, sends = self._dispatch(acc.topic, pa.table(columns), explicit, acc.created + self.delivery_timeout_s)
+            assert parts is not None  # an array of explicit partitions gives the partition of every row
         except BaseException as exc:  # every waiting future learns the failure
             flush.error = exc
             self._finished(flush)
@@ -469,15 +470,18 @@ class Producer:
             data = pa.table(columns)
         if isinstance(data, pa.RecordBatch):
             data = pa.Table.from_batches([data])
-        explicit = np.full(data.num_rows, -1 if partition is None else partition, dtype=np.int64)
-        parts, sends = self._dispatch(topic, data, explicit, deadline)
-        offsets, errors = self._collect(len(parts), sends)
+        _parts, sends = self._dispatch(topic, data, partition, deadline)
+        out: list[BatchMetadata] = []
+        errors: dict[int, BaseException] = {}
+        for p, _rows, future in sends:  # every partition is waited for, even after one failed
+            try:
+                offsets = future.result()
+            except Exception as exc:  # this partition only
+                errors[p] = exc
+                continue
+            out.append(BatchMetadata(topic, p, int(offsets.min()), int(offsets.max())))
         if errors:  # every other partition was sent; report the first failure
             raise next(iter(errors.values()))
-        out = []
-        for p in np.unique(parts):
-            mine = offsets[parts == p]
-            out.append(BatchMetadata(topic, int(p), int(mine.min()), int(mine.max())))
         return out
 
     def _value_column(self, topic: str, values: Sequence[Any]) -> pa.Array:
@@ -506,21 +510,40 @@ class Producer:
         return table.set_column(i, pa.field("value", value.type), value), schema
 
     def _dispatch(
-        self, topic: str, table: pa.Table, explicit: np.ndarray, deadline: float
-    ) -> tuple[np.ndarray, list[tuple[int, list[slice] | np.ndarray, concurrent.futures.Future[np.ndarray]]]]:
+        self, topic: str, table: pa.Table, explicit: np.ndarray | int | None, deadline: float
+    ) -> tuple[np.ndarray | None, list[tuple[int, list[slice] | np.ndarray, concurrent.futures.Future[np.ndarray]]]]:
         """Partition the rows and queue each partition's rows on its lane (partitions proceed in
-        parallel, each in order); returns the partition of every row and (partition, rows, future
-        of the rows' offsets) per partition."""
+        parallel, each in order). ``explicit``: one partition for every row, or a partition per row
+        (-1: choose), or None (choose for all). Returns the partition of every row when ``explicit``
+        was an array, and (partition, rows, future of the rows' offsets) per partition, by partition."""
         table, value_schema = self._typed(topic, table)
-        meta = self._client.topic(topic)
-        n = meta.partitions
-        parts = explicit.copy()
+        n = self._client.topic(topic).partitions
+        if isinstance(explicit, int):
+            if explicit >= n:
+                raise InvalidRequest(f"topic {topic!r} has {n} partitions; partition {explicit} does not exist")
+            parts, groups = None, [(explicit, [slice(0, table.num_rows)])] if table.num_rows else []
+        else:
+            keys = table.column("key").combine_chunks() if "key" in table.column_names else None
+            if explicit is None and (keys is None or keys.null_count == len(keys)):
+                parts, groups = None, self._sticky_runs(table.num_rows, n)  # no per-row work at all
+            else:
+                parts = self._partition_rows(topic, keys, explicit, table.num_rows, n)
+                groups = _rows_by_partition(parts)
+        sends = []
+        for p, rows in groups:
+            sends.append((p, rows, self._lane(topic, p).submit(_take_rows(table, rows), deadline, value_schema)))
+        return parts, sends
+
+    def _partition_rows(
+        self, topic: str, keys: pa.Array | None, explicit: np.ndarray | None, rows: int, n: int
+    ) -> np.ndarray:
+        """The partition of every row: the given one, else the key's hash, else sticky batches."""
+        parts = np.full(rows, -1, dtype=np.int64) if explicit is None else explicit.copy()
         bad = parts >= n
         if bad.any():
             raise InvalidRequest(f"topic {topic!r} has {n} partitions; partition {int(parts[bad][0])} does not exist")
         free = parts < 0
         if free.any():
-            keys = table.column("key").combine_chunks() if "key" in table.column_names else None
             if keys is not None and keys.null_count < len(keys):
                 hashed = partitions_for_keys(keys, n)
                 keyed = free & ~np.asarray(keys.is_null().to_numpy(zero_copy_only=False))
@@ -529,19 +552,27 @@ class Producer:
             # sticky: unkeyed records go to one partition a batch at a time, the next batch to the next
             chunk = (np.cumsum(free) - 1) // self.batch_records
             parts[free] = (next(self._sticky) + chunk[free]) % n
-        sends = []
-        for p, rows in _rows_by_partition(parts):
-            subset = _take_rows(table, rows)
-            lane = self._lanes.get((topic, p))
-            if lane is None:
-                with self._lock:  # one lane per partition
-                    lane = self._lanes.get((topic, p))
-                    if lane is None:
-                        lane = self._lanes[(topic, p)] = _PartitionLane(
-                            f"sparklog-send-{topic}-{p}", functools.partial(self._send_to_partition, topic, p)
-                        )
-            sends.append((p, rows, lane.submit(subset, deadline, value_schema)))
-        return parts, sends
+        return parts
+
+    def _sticky_runs(self, rows: int, n: int) -> list[tuple[int, list[slice]]]:
+        """Rows of an unkeyed table, a batch at a time to one partition, the next batch to the next."""
+        first = next(self._sticky)
+        runs: dict[int, list[slice]] = {}
+        for i, start in enumerate(range(0, rows, self.batch_records)):
+            runs.setdefault((first + i) % n, []).append(slice(start, min(start + self.batch_records, rows)))
+        return sorted(runs.items())
+
+    def _lane(self, topic: str, partition: int) -> _PartitionLane:
+        lane = self._lanes.get((topic, partition))
+        if lane is None:
+            with self._lock:  # one lane per partition
+                lane = self._lanes.get((topic, partition))
+                if lane is None:
+                    lane = self._lanes[(topic, partition)] = _PartitionLane(
+                        f"sparklog-send-{topic}-{partition}",
+                        functools.partial(self._send_to_partition, topic, partition),
+                    )
+        return lane
 
     @staticmethod
     def _collect(
