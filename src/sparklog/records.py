@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import functools
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -215,3 +215,32 @@ def to_record_batch(
         _as_headers(col("headers"), rows),
     ]
     return pa.RecordBatch.from_arrays(arrays, schema=record_schema(value_type))
+
+
+def to_wire_batch(data: pa.RecordBatch | pa.Table, value_type: pa.DataType = pa.binary()) -> pa.RecordBatch:
+    """User input as one batch of :func:`wire_schema` (what a producer sends); input already in
+    that schema, with every timestamp set, is only joined into one batch."""
+    if data.schema.equals(wire_schema(value_type)) and not data.column(0).null_count:
+        if isinstance(data, pa.RecordBatch):
+            return data
+        batches = data.combine_chunks().to_batches()
+        if len(batches) == 1:
+            return batches[0]
+    return to_record_batch(data, value_type).drop_columns(["offset"])
+
+
+def wire_batch_of_rows(
+    timestamps: Sequence[int], keys: Sequence[bytes | None], value: pa.Array, headers: pa.Array | None
+) -> pa.RecordBatch:
+    """Records given one by one (timestamps in ms; headers already of :data:`HEADER_TYPE`, or None
+    for none) as one batch of :func:`wire_schema`."""
+    rows = len(timestamps)
+    return pa.RecordBatch.from_arrays(
+        [
+            int64_column(np.array(timestamps, dtype=np.int64), TIMESTAMP_TYPE),
+            pa.array(keys, pa.binary()),
+            value,
+            _null_headers(rows) if headers is None else headers,
+        ],
+        schema=wire_schema(value.type),
+    )

@@ -27,7 +27,7 @@ from sparklog.client.cluster_client import DEFAULT_ZOOKEEPER, ClusterClient
 from sparklog.client.partitioner import partitions_for_keys
 from sparklog.coordination.cluster import BrokerInfo
 from sparklog.errors import BrokerNotAvailable, InvalidRecord, InvalidRequest, RequestTimedOut
-from sparklog.records import HEADER_TYPE, to_record_batch, wire_schema
+from sparklog.records import HEADER_TYPE, to_wire_batch, wire_batch_of_rows, wire_schema
 from sparklog.schemas.codec import decode_avro
 from sparklog.schemas.value_schema import ValueSchema
 
@@ -418,18 +418,22 @@ class Producer:
             self._in_flight.add(flush)
         try:
             values, keys, headers, partitions, timestamps = zip(*acc.rows, strict=True)
-            columns: dict[str, Any] = {
-                "key": pa.array(keys, pa.binary()),
-                "value": self._value_column(acc.topic, values),
-                "timestamp": pa.array(timestamps, pa.int64()),
-            }
+            header_column = None
             if any(h is not None for h in headers):
-                columns["headers"] = pa.array(
+                header_column = pa.array(
                     [None if not h else [{"key": k, "value": v} for k, v in h.items()] for h in headers], HEADER_TYPE
                 )
-            explicit = np.array([-1 if p is None else p for p in partitions], dtype=np.int64)
-            parts, sends = self._dispatch(acc.topic, pa.table(columns), explicit, acc.created + self.delivery_timeout_s)
-            assert parts is not None  # an array of explicit partitions gives the partition of every row
+            batch = wire_batch_of_rows(timestamps, keys, self._value_column(acc.topic, values), header_column)
+            explicit = None
+            if any(p is not None for p in partitions):
+                explicit = np.array([-1 if p is None else p for p in partitions], dtype=np.int64)
+            deadline = acc.created + self.delivery_timeout_s
+            parts, sends = self._dispatch(acc.topic, pa.Table.from_batches([batch]), explicit, deadline)
+            if parts is None:  # sticky runs: the partition of every row from its run
+                parts = np.empty(batch.num_rows, dtype=np.int64)
+                for p, runs, _future in sends:
+                    for run in runs:
+                        parts[run] = p
         except BaseException as exc:  # every waiting future learns the failure
             flush.error = exc
             self._finished(flush)
@@ -625,7 +629,7 @@ class Producer:
                 small.clear()
 
         def as_batch(table: pa.Table) -> pa.RecordBatch:
-            return to_record_batch(table, value_type).drop_columns(["offset"])
+            return to_wire_batch(table, value_type)
 
         for table in tables:
             if table.num_rows + sum(b.num_rows for b in small) > self.batch_records:
