@@ -255,3 +255,35 @@ def test_every_send_future_names_where_its_own_record_landed(start_broker: Any, 
     for m in metas:  # each partition's runs landed back to back, in order
         got = [stored[(m.partition, o)] for o in range(m.base_offset, m.last_offset + 1)]
         assert got == sorted(got, key=lambda v: int(v[1:]))
+
+
+def test_async_send_batch_keeps_call_order_per_partition_and_flush_waits_for_it(
+    start_broker: Any, sparklog_connect: str
+) -> None:
+    """Tables sent with send_batch_async, many on their way at once, land in each partition in call
+    order, contiguously; flush() returns only once every one is acknowledged."""
+    broker = start_broker(1)
+    topic = "async-batches"
+    with Admin(sparklog_connect) as admin:
+        admin.create_topic(topic, 3)
+    calls = 30
+    with Producer(zookeeper=sparklog_connect, batch_records=50) as producer:
+        futures = []
+        for call in range(calls):
+            values = [b"c%d-%d" % (call, i) for i in range(120)]  # 3 batches of up to 50 rows
+            futures.append(producer.send_batch_async(topic, {"value": values}, partition=call % 2))
+        futures.append(producer.send_batch_async(topic, {"value": [b"spread-%d" % i for i in range(300)]}))
+        producer.flush()
+        assert all(f.done() for f in futures)
+        metas = [f.result() for f in futures]
+    stored = read_topic(broker.location, topic, 3)
+    for call, (meta,) in enumerate(metas[:calls]):
+        assert meta.partition == call % 2 and meta.last_offset - meta.base_offset + 1 == 120
+        rows = stored[meta.partition][meta.base_offset : meta.last_offset + 1]
+        assert [r["value"] for r in rows] == [b"c%d-%d" % (call, i) for i in range(120)]
+    for p in (0, 1):  # each partition: its calls one after the other, in call order
+        assert [m[0].base_offset for m in metas[:calls] if m[0].partition == p] == sorted(
+            m[0].base_offset for m in metas[:calls] if m[0].partition == p
+        )
+    assert sorted(m.partition for m in metas[calls]) == [0, 1, 2]
+    assert sum(len(rows) for rows in stored.values()) == calls * 120 + 300

@@ -19,6 +19,7 @@ OPTIONS: dict[str, tuple[type, str]] = {
     "replication-factor": (int, "replicas per partition (brokers started to match)"),
     "brokers": (int, "brokers to start"),
     "send-records": (int, "records for the per-record send() part of 'produce'"),
+    "in-flight": (int, "'produce': send_batch_async tables on their way at once (default 4)"),
     "rate": (int, "records/s for 'latency'"),
     "seconds": (float, "duration of 'latency'"),
 }

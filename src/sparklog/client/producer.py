@@ -327,6 +327,7 @@ class Producer:
         self._lanes: dict[tuple[str, int], _PartitionLane] = {}
         self._in_flight: set[_Flush] = set()  # groups taken by the sender, not yet acknowledged
         self._streams: dict[tuple[str, int], _PartitionStream] = {}
+        self._batches_in_flight: dict[concurrent.futures.Future[list[BatchMetadata]], None] = {}  # send_batch_async
         self._pending: dict[str, _Accumulator] = {}
         self._sticky = itertools.count()
         self._lock = threading.Lock()  # guards the accumulators (a plain lock: send() is the hot path)
@@ -463,9 +464,18 @@ class Producer:
     ) -> list[BatchMetadata]:
         """Send a whole Arrow table (columns ``value`` and optional ``key``, ``timestamp``,
         ``headers``) and wait for the acknowledgements; returns where each slice landed."""
+        return self.send_batch_async(topic, data, partition).result()
+
+    def send_batch_async(
+        self, topic: str, data: pa.Table | pa.RecordBatch | Mapping[str, Any], partition: int | None = None
+    ) -> concurrent.futures.Future[list[BatchMetadata]]:
+        """Like :meth:`send_batch`, but returns at once with a future of its result (it raises the
+        first failed partition's error; the other partitions' rows are stored regardless). Tables
+        sent one after the other reach each partition in that order; while one is acknowledged
+        the next is on its way, as Kafka's producer keeps several requests in flight."""
         if partition is not None and partition < 0:
             raise InvalidRequest(f"partition must be >= 0, got {partition}")
-        self.flush()
+        self._flush_records()  # records given to send() before this table go first
         deadline = time.monotonic() + self.delivery_timeout_s
         if isinstance(data, Mapping):
             columns = dict(data)
@@ -475,18 +485,36 @@ class Producer:
         if isinstance(data, pa.RecordBatch):
             data = pa.Table.from_batches([data])
         _parts, sends = self._dispatch(topic, data, partition, deadline)
-        out: list[BatchMetadata] = []
-        errors: dict[int, BaseException] = {}
-        for p, _rows, future in sends:  # every partition is waited for, even after one failed
-            try:
+        result: concurrent.futures.Future[list[BatchMetadata]] = concurrent.futures.Future()
+        remaining = itertools.count(len(sends) - 1, -1)
+
+        def one_done(_future: concurrent.futures.Future[Any]) -> None:
+            if next(remaining):  # itertools.count is atomic under the GIL
+                return
+            out: list[BatchMetadata] = []
+            errors: dict[int, BaseException] = {}
+            for p, _rows, future in sends:
+                error = future.exception()
+                if error is not None:  # this partition only
+                    errors[p] = error
+                    continue
                 offsets = future.result()
-            except Exception as exc:  # this partition only
-                errors[p] = exc
-                continue
-            out.append(BatchMetadata(topic, p, int(offsets.min()), int(offsets.max())))
-        if errors:  # every other partition was sent; report the first failure
-            raise next(iter(errors.values()))
-        return out
+                out.append(BatchMetadata(topic, p, int(offsets.min()), int(offsets.max())))
+            with self._lock:
+                self._batches_in_flight.pop(result, None)
+            if errors:  # every other partition was sent; report the first failure
+                result.set_exception(next(iter(errors.values())))
+            else:
+                result.set_result(out)
+
+        if not sends:
+            result.set_result([])
+            return result
+        with self._lock:
+            self._batches_in_flight[result] = None
+        for _p, _rows, future in sends:
+            future.add_done_callback(one_done)
+        return result
 
     def _value_column(self, topic: str, values: Sequence[Any]) -> pa.Array:
         """Python values as the topic's value column: bytes for a plain topic; for a typed topic dicts
@@ -693,11 +721,20 @@ class Producer:
 
     # ----------------------------------------------------------------- lifecycle
     def flush(self, timeout: float | None = None) -> None:
-        """Send everything queued by ``send()`` and wait for the acknowledgements."""
+        """Send everything queued by ``send()`` and wait for the acknowledgements (and for those of
+        ``send_batch_async()`` calls)."""
+        with self._lock:
+            batches = list(self._batches_in_flight)
+        self._flush_records(timeout)
+        concurrent.futures.wait(batches, timeout)
+
+    def _flush_records(self, timeout: float | None = None) -> None:
         with self._lock:
             waiting = [a.flush for a in self._pending.values()] + list(self._in_flight)
             for acc in self._pending.values():
                 acc.since = -1e18  # due now
+        if not waiting:
+            return
         self._wake.set()
         for flush in waiting:
             flush.done.wait(timeout)
