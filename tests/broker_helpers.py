@@ -35,6 +35,7 @@ from sparklog.client.partitioner import partitions_for_keys
 from sparklog.coordination.cluster import ClusterMetadata
 from sparklog.coordination.ports import free_port
 from sparklog.errors import SparklogError
+from sparklog.local_cluster import broker_command
 
 HOST = "127.0.0.1"
 HELPER_SCRIPT = Path(__file__).resolve()
@@ -128,19 +129,7 @@ class BrokerProcess:
         marker = f"=== start {self.starts} ===\n"
         with open(self.log_path, "a") as log:
             log.write(marker)
-        args = [
-            sys.executable,
-            "-m",
-            "sparklog.broker",
-            "--id",
-            str(self.broker_id),
-            "--port",
-            str(self.port),
-            "--data-dir",
-            str(self.data_dir),
-            "--zookeeper",
-            self.zookeeper,
-        ]
+        args = broker_command(self.broker_id, self.port, self.data_dir, self.zookeeper)
         self.proc = self.processes.spawn(args, self.log_path)
         listening = f"broker {self.broker_id} listening on {HOST}:{self.port}"
 

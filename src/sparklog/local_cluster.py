@@ -24,6 +24,23 @@ BROKER_START_TIMEOUT_S = 60.0
 BROKER_STOP_TIMEOUT_S = 15.0
 
 
+def broker_command(broker_id: int, port: int, data_dir: Path, zookeeper: str) -> list[str]:
+    """The command line of a broker process (this interpreter, ``python -m sparklog.broker``)."""
+    return [
+        sys.executable,
+        "-m",
+        "sparklog.broker",
+        "--id",
+        str(broker_id),
+        "--port",
+        str(port),
+        "--data-dir",
+        str(data_dir),
+        "--zookeeper",
+        zookeeper,
+    ]
+
+
 class BrokerProcess:
     """One ``python -m sparklog.broker`` subprocess, restartable on the same port and data dir.
     Its output goes to ``log_path`` (default: ``broker.log`` in its data dir)."""
@@ -39,8 +56,7 @@ class BrokerProcess:
 
     def start(self) -> None:
         self.data_dir.mkdir(parents=True, exist_ok=True)
-        command = [sys.executable, "-m", "sparklog.broker", "--id", str(self.broker_id), "--port", str(self.port)]
-        command += ["--data-dir", str(self.data_dir), "--zookeeper", self.zookeeper]
+        command = broker_command(self.broker_id, self.port, self.data_dir, self.zookeeper)
         self._log = open(self.log_path, "ab")  # noqa: SIM115 - kept open while the broker runs
         self._log.write(f"\n=== starting {' '.join(command)}\n".encode())
         self._log.flush()
