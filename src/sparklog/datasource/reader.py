@@ -40,7 +40,7 @@ from sparklog.errors import InvalidRequest, OffsetOutOfRange, SparklogError
 log = logging.getLogger("sparklog.datasource")
 
 FETCH_MAX_BYTES = 16 << 20
-YIELD_ROWS = 65_536  # rows per batch handed to Spark (small stored batches are combined up to this)
+YIELD_ROWS = 10_000  # small stored batches are combined up to this many rows for Spark; larger ones pass uncopied
 READ_RETRIES = 20
 
 
