@@ -12,6 +12,7 @@ from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pytest
 
@@ -271,7 +272,8 @@ def test_async_send_batch_keeps_call_order_per_partition_and_flush_waits_for_it(
         futures = []
         for call in range(calls):
             values = [b"c%d-%d" % (call, i) for i in range(120)]  # 3 batches of up to 50 rows
-            futures.append(producer.send_batch_async(topic, {"value": values}, partition=call % 2))
+            where = call % 2 if call % 3 else np.int64(call % 2)  # numpy integers are partitions too
+            futures.append(producer.send_batch_async(topic, {"value": values}, partition=where))
         futures.append(producer.send_batch_async(topic, {"value": [b"spread-%d" % i for i in range(300)]}))
         producer.flush()
         assert all(f.done() for f in futures)

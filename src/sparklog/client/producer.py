@@ -10,6 +10,7 @@ from __future__ import annotations
 import concurrent.futures
 import functools
 import itertools
+import operator
 import queue
 import secrets
 import threading
@@ -473,8 +474,10 @@ class Producer:
         first failed partition's error; the other partitions' rows are stored regardless). Tables
         sent one after the other reach each partition in that order; while one is acknowledged
         the next is on its way, as Kafka's producer keeps several requests in flight."""
-        if partition is not None and partition < 0:
-            raise InvalidRequest(f"partition must be >= 0, got {partition}")
+        if partition is not None:
+            partition = operator.index(partition)  # numpy integers too
+            if partition < 0:
+                raise InvalidRequest(f"partition must be >= 0, got {partition}")
         self._flush_records()  # records given to send() before this table go first
         deadline = time.monotonic() + self.delivery_timeout_s
         if isinstance(data, Mapping):
