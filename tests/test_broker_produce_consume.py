@@ -289,3 +289,31 @@ def test_async_send_batch_keeps_call_order_per_partition_and_flush_waits_for_it(
         )
     assert sorted(m.partition for m in metas[calls]) == [0, 1, 2]
     assert sum(len(rows) for rows in stored.values()) == calls * 120 + 300
+
+
+def test_a_group_whose_first_records_have_no_key_headers_or_partition_keeps_every_field(
+    start_broker: Any, sparklog_connect: str
+) -> None:
+    """The producer keeps keys, headers and explicit partitions only from the first record that has
+    one: the records before it must still get none, and those after it their own."""
+    broker = start_broker(1)
+    topic = "late-fields"
+    with Admin(sparklog_connect) as admin:
+        admin.create_topic(topic, 4)
+    with Producer(zookeeper=sparklog_connect, linger_ms=60_000) as producer:
+        futures = [producer.send(topic, b"plain-%d" % i, partition=0) for i in range(3)]
+        futures.append(producer.send(topic, b"keyed", key=b"k", partition=0))
+        futures.append(producer.send(topic, b"with-headers", headers={"h": b"1"}, partition=0))
+        futures.append(producer.send(topic, b"elsewhere", partition=2, timestamp=1_700_000_000_000))
+        futures.append(producer.send(topic, b"hashed", key=b"k2"))
+        producer.flush()
+        metas = [f.result(30) for f in futures]
+    stored = {(p, r["offset"]): r for p, rows in read_topic(broker.location, topic, 4).items() for r in rows}
+    got = [stored[(m.partition, m.offset)] for m in metas]
+    values = [b"plain-0", b"plain-1", b"plain-2", b"keyed", b"with-headers", b"elsewhere", b"hashed"]
+    assert [r["value"] for r in got] == values
+    assert [r["key"] for r in got] == [None, None, None, b"k", None, None, b"k2"]
+    assert [r["headers"] for r in got] == [None] * 4 + [[{"key": "h", "value": b"1"}]] + [None] * 2
+    assert [m.partition for m in metas[:6]] == [0, 0, 0, 0, 0, 2]
+    assert metas[6].partition == partitions_for_keys(pa.array([b"k2"]), 4).tolist()[0]
+    assert got[5]["timestamp"].timestamp() == 1_700_000_000

@@ -230,15 +230,15 @@ def to_wire_batch(data: pa.RecordBatch | pa.Table, value_type: pa.DataType = pa.
 
 
 def wire_batch_of_rows(
-    timestamps: Sequence[int], keys: Sequence[bytes | None], value: pa.Array, headers: pa.Array | None
+    timestamps: Sequence[int], keys: Sequence[bytes | None] | None, value: pa.Array, headers: pa.Array | None
 ) -> pa.RecordBatch:
-    """Records given one by one (timestamps in ms; headers already of :data:`HEADER_TYPE`, or None
-    for none) as one batch of :func:`wire_schema`."""
+    """Records given one by one (timestamps in ms; keys or None for none; headers already of
+    :data:`HEADER_TYPE`, or None for none) as one batch of :func:`wire_schema`."""
     rows = len(timestamps)
     return pa.RecordBatch.from_arrays(
         [
             int64_column(np.array(timestamps, dtype=np.int64), TIMESTAMP_TYPE),
-            pa.array(keys, pa.binary()),
+            pa.nulls(rows, pa.binary()) if keys is None else pa.array(keys, pa.binary()),
             value,
             _null_headers(rows) if headers is None else headers,
         ],

@@ -92,15 +92,38 @@ class ProduceFuture:
 
 
 class _Accumulator:
-    """Records of one topic waiting to be sent, as row tuples (the cheapest thing to append)."""
+    """Records of one topic waiting to be sent, column by column: values and timestamps always;
+    keys, headers and explicit partitions only once a record has one (earlier rows get None)."""
 
     def __init__(self, topic: str) -> None:
         self.topic = topic
-        self.rows: list[tuple[Any, Any, Any, Any, Any]] = []
+        self.values: list[Any] = []
+        self.timestamps: list[int] = []
+        self.keys: list[bytes | None] | None = None
+        self.headers: list[Mapping[str, bytes] | None] | None = None
+        self.partitions: list[int | None] | None = None
+        self.rare = False  # a record had a key, headers or a partition: every later one records its own
         self.bytes = 0
         self.since = time.monotonic()  # when its linger started (a flush makes it due at once)
         self.created = self.since  # the delivery timeout counts from here
         self.flush = _Flush(topic)
+
+    def add_rare(self, key: bytes | None, headers: Mapping[str, bytes] | None, partition: int | None) -> None:
+        """The optional fields of the record just appended."""
+        self.rare = True
+        n = len(self.values) - 1
+        if key is not None or self.keys is not None:
+            if self.keys is None:
+                self.keys = [None] * n
+            self.keys.append(key)
+        if headers is not None or self.headers is not None:
+            if self.headers is None:
+                self.headers = [None] * n
+            self.headers.append(headers)
+        if partition is not None or self.partitions is not None:
+            if self.partitions is None:
+                self.partitions = [None] * n
+            self.partitions.append(partition)
 
 
 class _PartitionStream:
@@ -358,9 +381,12 @@ class Producer:
             acc = self._pending.get(topic)
             if acc is None:
                 acc = self._pending[topic] = _Accumulator(topic)
-            rows = acc.rows
-            rows.append((value, key, headers, partition, timestamp))
-            n = len(rows)
+            values = acc.values
+            values.append(value)
+            acc.timestamps.append(timestamp)
+            if acc.rare or key is not None or headers is not None or partition is not None:
+                acc.add_rare(key, headers, partition)
+            n = len(values)
             if value:
                 acc.bytes += len(value)
             full = n >= self.batch_records or acc.bytes >= self.batch_bytes
@@ -406,7 +432,7 @@ class Producer:
             a
             for a in self._pending.values()
             if all_
-            or len(a.rows) >= self.batch_records
+            or len(a.values) >= self.batch_records
             or a.bytes >= self.batch_bytes
             or now - a.since >= self.linger_s
         ]
@@ -421,16 +447,17 @@ class Producer:
         with self._lock:
             self._in_flight.add(flush)
         try:
-            values, keys, headers, partitions, timestamps = zip(*acc.rows, strict=True)
             header_column = None
-            if headers.count(None) != len(headers):  # (count runs in C: this is per record)
+            if acc.headers is not None and acc.headers.count(None) != len(acc.headers):
                 header_column = pa.array(
-                    [None if not h else [{"key": k, "value": v} for k, v in h.items()] for h in headers], HEADER_TYPE
+                    [None if not h else [{"key": k, "value": v} for k, v in h.items()] for h in acc.headers],
+                    HEADER_TYPE,
                 )
-            batch = wire_batch_of_rows(timestamps, keys, self._value_column(acc.topic, values), header_column)
+            value = self._value_column(acc.topic, acc.values)
+            batch = wire_batch_of_rows(acc.timestamps, acc.keys, value, header_column)
             explicit = None
-            if partitions.count(None) != len(partitions):
-                explicit = np.array([-1 if p is None else p for p in partitions], dtype=np.int64)
+            if acc.partitions is not None and acc.partitions.count(None) != len(acc.partitions):
+                explicit = np.array([-1 if p is None else p for p in acc.partitions], dtype=np.int64)
             deadline = acc.created + self.delivery_timeout_s
             parts, sends = self._dispatch(acc.topic, pa.Table.from_batches([batch]), explicit, deadline)
             if parts is None:  # sticky runs: the partition of every row from its run
