@@ -142,12 +142,14 @@ def consume(
 
 
 def _latency_consumer(zookeeper: str, total: int, ready: Any, results: Any) -> None:
-    """Runs in its own process (as a real consumer would): collects receive - send times in ms."""
+    """Runs in its own process (as a real consumer would): collects receive - send times in ms of
+    ``total`` measured records (value: send time, 8 bytes, then a byte that is 1 for warm-up
+    records, which are skipped)."""
     consumer = Consumer(TOPIC, zookeeper=zookeeper, auto_offset_reset="latest", max_wait_ms=200)
     consumer.poll_batches(timeout=0.1)
     ready.set()
     latencies, received = [], 0
-    deadline = time.monotonic() + 120
+    deadline = time.monotonic() + 180
     while received < total and time.monotonic() < deadline:
         for batch in consumer.poll_batches(timeout=0.2):
             now = time.perf_counter_ns()  # CLOCK_MONOTONIC: comparable across processes on Linux
@@ -155,48 +157,70 @@ def _latency_consumer(zookeeper: str, total: int, ready: Any, results: Any) -> N
             data = np.frombuffer(values.buffers()[2], dtype=np.uint8)
             offsets = np.frombuffer(values.buffers()[1], dtype=np.int32)
             starts = offsets[values.offset : values.offset + len(values)]
+            starts = starts[data[starts + 8] == 0]  # measured records only
             sent = np.frombuffer(data[(starts[:, None] + np.arange(8)).ravel()].tobytes(), dtype=np.int64)
             latencies.append((now - sent) / 1e6)
-            received += len(values)
+            received += len(starts)
     consumer.close()
     results.put(np.concatenate(latencies) if latencies else np.array([np.nan]))
 
 
 def latency(
-    value_bytes: int = 100, rate: int = 10_000, seconds: float = 5.0, partitions: int = 6, acks: str = "1", **_: Any
+    value_bytes: int = 100,
+    rate: int = 10_000,
+    seconds: float = 5.0,
+    partitions: int = 6,
+    acks: str = "1",
+    warmup_s: float = 5.0,
+    **_: Any,
 ) -> dict[str, Any]:
     """Produce at a fixed ``rate`` (records/s) with per-record ``send()`` and no linger while a
     consumer in another process long-polls; each value carries its send time (monotonic clock),
-    latency = receive time - send time."""
+    latency = receive time - send time. As on the Kafka side (``kafka_peer.confluent_latency``):
+    one record to every partition first (the producer opens its streams), then ``warmup_s`` at
+    the same rate that is not measured."""
     import multiprocessing
 
+    if value_bytes < 9:
+        raise ValueError("latency values need at least 9 bytes (send time + warm-up flag)")
     total = int(rate * seconds)
+    warm = int(rate * warmup_s)
     ctx = multiprocessing.get_context("spawn")
     with tempfile.TemporaryDirectory(prefix="sparklog-bench-") as tmp:
         cluster = _cluster_and_topic(tmp, partitions, 1, 1)
+        reader = None
         try:
-            ready, results = ctx.Event(), ctx.Queue()
-            reader = ctx.Process(target=_latency_consumer, args=(cluster.zookeeper, total, ready, results))
-            reader.start()
-            ready.wait(60)
-            pad = b"\0" * max(0, value_bytes - 8)
             with Producer(cluster.zookeeper, acks=acks, linger_ms=0) as producer:
+                for p in range(partitions):  # before the consumer takes its start offsets
+                    producer.send(TOPIC, b"\1" * value_bytes, partition=p)
+                producer.flush()
+                ready, results = ctx.Event(), ctx.Queue()
+                reader = ctx.Process(target=_latency_consumer, args=(cluster.zookeeper, total, ready, results))
+                reader.start()
+                if not ready.wait(60):
+                    raise TimeoutError("the latency consumer did not start")
+                tails = (b"\1" + b"\0" * (value_bytes - 9), b"\0" * (value_bytes - 8))
                 next_at = time.perf_counter()
-                for _ in range(total):
+                for i in range(warm + total):
                     delay = next_at - time.perf_counter()
                     if delay > 0:
                         time.sleep(delay)  # sleep, not spin: a spinning thread holds the GIL
-                    producer.send(TOPIC, time.perf_counter_ns().to_bytes(8, "little", signed=True) + pad)
+                    tail = tails[i >= warm]
+                    producer.send(TOPIC, time.perf_counter_ns().to_bytes(8, "little", signed=True) + tail)
                     next_at += 1.0 / rate
             all_ms = results.get(timeout=180)
             reader.join(30)
         finally:
+            if reader is not None and reader.is_alive():
+                reader.kill()
+                reader.join(10)
             cluster.stop()
     return {
         "scenario": "latency",
         "records": total,
         "received": int(np.count_nonzero(~np.isnan(all_ms))),
         "rate": rate,
+        "warmup_s": warmup_s,
         "value_bytes": value_bytes,
         "partitions": partitions,
         "acks": acks,
