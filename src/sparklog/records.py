@@ -164,6 +164,20 @@ def _as_value(column: pa.Array | None, rows: int, value_type: pa.DataType) -> pa
         raise InvalidRecord(f"column 'value' must be {value_type}, got {column.type}: {exc}") from exc
 
 
+def _one_batch(data: Any) -> pa.RecordBatch:
+    """A table's rows as one record batch (a batch as it is)."""
+    if isinstance(data, pa.Table):
+        batches = data.combine_chunks().to_batches()
+        if len(batches) == 1:
+            return batches[0]
+        if batches:
+            return pa.concat_batches(batches)
+        return pa.RecordBatch.from_pylist([], schema=data.schema)
+    if not isinstance(data, pa.RecordBatch):
+        raise InvalidRecord(f"expected a pyarrow RecordBatch or Table, got {type(data).__name__}")
+    return data
+
+
 def to_record_batch(
     data: pa.RecordBatch | pa.Table | Mapping[str, Any],
     value_type: pa.DataType = pa.binary(),
@@ -179,16 +193,7 @@ def to_record_batch(
             data = pa.table(dict(data))
         except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError) as exc:
             raise InvalidRecord(f"cannot build a record batch from the given columns: {exc}") from None
-    if isinstance(data, pa.Table):
-        batches = data.combine_chunks().to_batches()
-        if len(batches) == 1:
-            data = batches[0]
-        elif batches:
-            data = pa.concat_batches(batches)
-        else:
-            data = pa.RecordBatch.from_pylist([], schema=data.schema)
-    if not isinstance(data, pa.RecordBatch):
-        raise InvalidRecord(f"expected a pyarrow RecordBatch or Table, got {type(data).__name__}")
+    data = _one_batch(data)
     if data.schema.equals(wire_schema(value_type)) and not data.column(0).null_count:
         # the fast path: what the Producer sends (already normalized), only offsets to add
         return pa.RecordBatch.from_arrays(
@@ -220,13 +225,10 @@ def to_record_batch(
 def to_wire_batch(data: pa.RecordBatch | pa.Table, value_type: pa.DataType = pa.binary()) -> pa.RecordBatch:
     """User input as one batch of :func:`wire_schema` (what a producer sends); input already in
     that schema, with every timestamp set, is only joined into one batch."""
-    if data.schema.equals(wire_schema(value_type)) and not data.column(0).null_count:
-        if isinstance(data, pa.RecordBatch):
-            return data
-        batches = data.combine_chunks().to_batches()
-        if len(batches) == 1:
-            return batches[0]
-    return to_record_batch(data, value_type).drop_columns(["offset"])
+    batch = _one_batch(data)
+    if batch.schema.equals(wire_schema(value_type)) and not batch.column(0).null_count:
+        return batch
+    return to_record_batch(batch, value_type).drop_columns(["offset"])
 
 
 def wire_batch_of_rows(

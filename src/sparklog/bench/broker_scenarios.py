@@ -13,6 +13,7 @@ import numpy as np
 import pyarrow as pa
 
 from sparklog.bench.append import make_values
+from sparklog.bench.paced_values import WARMUP_FLAG_AT, paced_values
 from sparklog.client.admin import Admin
 from sparklog.client.consumer import Consumer
 from sparklog.client.producer import Producer
@@ -157,7 +158,7 @@ def _latency_consumer(zookeeper: str, total: int, ready: Any, results: Any) -> N
             data = np.frombuffer(values.buffers()[2], dtype=np.uint8)
             offsets = np.frombuffer(values.buffers()[1], dtype=np.int32)
             starts = offsets[values.offset : values.offset + len(values)]
-            starts = starts[data[starts + 8] == 0]  # measured records only
+            starts = starts[data[starts + WARMUP_FLAG_AT] == 0]  # measured records only
             sent = np.frombuffer(data[(starts[:, None] + np.arange(8)).ravel()].tobytes(), dtype=np.int64)
             latencies.append((now - sent) / 1e6)
             received += len(starts)
@@ -181,10 +182,8 @@ def latency(
     the same rate that is not measured."""
     import multiprocessing
 
-    if value_bytes < 9:
-        raise ValueError("latency values need at least 9 bytes (send time + warm-up flag)")
     total = int(rate * seconds)
-    warm = int(rate * warmup_s)
+    values = paced_values(rate, int(rate * warmup_s), total, value_bytes)
     ctx = multiprocessing.get_context("spawn")
     with tempfile.TemporaryDirectory(prefix="sparklog-bench-") as tmp:
         cluster = _cluster_and_topic(tmp, partitions, 1, 1)
@@ -199,15 +198,8 @@ def latency(
                 reader.start()
                 if not ready.wait(60):
                     raise TimeoutError("the latency consumer did not start")
-                tails = (b"\1" + b"\0" * (value_bytes - 9), b"\0" * (value_bytes - 8))
-                next_at = time.perf_counter()
-                for i in range(warm + total):
-                    delay = next_at - time.perf_counter()
-                    if delay > 0:
-                        time.sleep(delay)  # sleep, not spin: a spinning thread holds the GIL
-                    tail = tails[i >= warm]
-                    producer.send(TOPIC, time.perf_counter_ns().to_bytes(8, "little", signed=True) + tail)
-                    next_at += 1.0 / rate
+                for value in values:
+                    producer.send(TOPIC, value)
             all_ms = results.get(timeout=180)
             reader.join(30)
         finally:

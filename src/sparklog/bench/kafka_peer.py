@@ -36,6 +36,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from sparklog.bench.paced_values import WARMUP_FLAG_AT, paced_values
 from sparklog.coordination.ports import free_port, port_is_open
 
 KAFKA_VERSION = "4.3.1"  # benchmarks/kafka-pom.xml
@@ -594,7 +595,7 @@ def _confluent_latency_consumer(
         now = time.perf_counter_ns()  # CLOCK_MONOTONIC: comparable across processes on Linux
         if msg is not None and msg.error() is None:
             value = msg.value()
-            if value[8] == 0:
+            if value[WARMUP_FLAG_AT] == 0:
                 latencies.append((now - int.from_bytes(value[:8], "little", signed=True)) / 1e6)
     consumer.close()
     results.put(np.array(latencies) if latencies else np.array([np.nan]))
@@ -629,11 +630,9 @@ def confluent_latency(
 
     import numpy as np
 
-    if value_bytes < 9:
-        raise ValueError("latency values need at least 9 bytes (send time + warm-up flag)")
     ck = _confluent()
     total = int(rate * seconds)
-    warm = int(rate * warmup_s)
+    values = paced_values(rate, int(rate * warmup_s), total, value_bytes)  # refuses a bad size first
     producer = ck.Producer(
         {
             "bootstrap.servers": bootstrap,
@@ -653,16 +652,9 @@ def confluent_latency(
     try:
         if not ready.wait(60):
             raise TimeoutError("the latency consumer did not start")
-        tails = (b"\1" + b"\0" * (value_bytes - 9), b"\0" * (value_bytes - 8))
-        next_at = time.perf_counter()
-        for i in range(warm + total):
-            delay = next_at - time.perf_counter()
-            if delay > 0:
-                time.sleep(delay)  # sleep, not spin: as broker_scenarios.latency
-            tail = tails[i >= warm]
-            producer.produce(topic, time.perf_counter_ns().to_bytes(8, "little", signed=True) + tail)
+        for value in values:
+            producer.produce(topic, value)
             producer.poll(0)
-            next_at += 1.0 / rate
         producer.flush(60)
         all_ms = results.get(timeout=240)
         reader.join(30)

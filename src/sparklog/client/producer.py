@@ -112,18 +112,19 @@ class _Accumulator:
         """The optional fields of the record just appended."""
         self.rare = True
         n = len(self.values) - 1
-        if key is not None or self.keys is not None:
-            if self.keys is None:
-                self.keys = [None] * n
-            self.keys.append(key)
-        if headers is not None or self.headers is not None:
-            if self.headers is None:
-                self.headers = [None] * n
-            self.headers.append(headers)
-        if partition is not None or self.partitions is not None:
-            if self.partitions is None:
-                self.partitions = [None] * n
-            self.partitions.append(partition)
+        self.keys = _late_column(self.keys, key, n)
+        self.headers = _late_column(self.headers, headers, n)
+        self.partitions = _late_column(self.partitions, partition, n)
+
+
+def _late_column(column: list[Any] | None, value: Any, before: int) -> list[Any] | None:
+    """``column`` with ``value`` appended; started (``before`` Nones first) by the first non-None."""
+    if column is None:
+        if value is None:
+            return None
+        column = [None] * before
+    column.append(value)
+    return column
 
 
 class _PartitionStream:
