@@ -225,8 +225,15 @@ def expected_records(columns: dict[str, list[Any]], base_offset: int, now: int) 
 def append_and_expect(log: PartitionLog, columns: dict[str, list[Any]], expected: list[Record]) -> None:
     """Append ``columns``, check the returned AppendInfo and extend ``expected`` with the new records."""
     base = log.log_end_offset
-    now = log.clock()
+    before = log.clock()
     info = log.append(columns)
+    after = log.clock()
+    now = before
+    missing = [i for i, ts in enumerate(columns.get("timestamp", [None] * len(columns["value"]))) if ts is None]
+    if missing and after != before:
+        # a wall clock ticked during the append: its "now" is what it stored for rows without a timestamp
+        now = read_from(log, base)[missing[0]][1]
+        assert before <= now <= after
     new = expected_records(columns, base, now)
     assert (info.base_offset, info.last_offset, info.count) == (base, base + len(new) - 1, len(new))
     assert info.max_timestamp == max(r[1] for r in new)
