@@ -3,6 +3,7 @@ with acks=all; every acknowledged record is still there, once, and the old repli
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from pathlib import Path
@@ -10,7 +11,45 @@ from pathlib import Path
 import pytest
 
 from sparklog import Admin, Consumer, Producer
+from sparklog.coordination.cluster import ClusterMetadata, PartitionState
 from sparklog.local_cluster import LocalCluster
+
+
+def test_a_replica_dropped_by_a_reassignment_cannot_rejoin_the_isr(sparklog_connect: str) -> None:
+    """CI once saw ISR [2, 3, 4] on a partition moved to [4, 3]: the leader took the old replica
+    back into the ISR after the move. The move and the ISR shrink are one transaction, and a leader's
+    ISR write is checked against the assignment."""
+    with ClusterMetadata(sparklog_connect) as meta:
+        for b in (1, 2, 3):
+            meta.register_broker(b, "127.0.0.1", 1000 + b)
+        meta.create_topic("fenced", 1, 3)
+        topic_data, topic_stat = meta.zk.get(meta.layout.topic("fenced"))
+        state_data, state_stat = meta.zk.get(meta.layout.partition_state("fenced", 0))
+        state = PartitionState.from_json(state_data)
+        replicas = json.loads(topic_data)["replicas"][0]
+        kept = replicas[:2]
+        shrunk = PartitionState(state.leader, state.leader_epoch, kept)
+
+        # a stale version anywhere refuses the whole move: neither znode changes
+        assert not meta.move_replicas("fenced", [kept], topic_stat.version, {0: (shrunk, state_stat.version + 1)})
+        assert not meta.move_replicas("fenced", [kept], topic_stat.version + 1, {0: (shrunk, state_stat.version)})
+        assert meta.topic("fenced").replicas == [replicas]
+        assert meta.partition_state("fenced", 0) == state
+
+        assert meta.move_replicas("fenced", [kept], topic_stat.version, {0: (shrunk, state_stat.version)})
+        assert meta.topic("fenced").replicas == [kept]
+        assert meta.partition_state("fenced", 0) == shrunk
+
+        # the leader has applied the shrunk state and its dropped follower fetches once more
+        moved_version = state_stat.version + 1
+        back = PartitionState(state.leader, state.leader_epoch, sorted(replicas))
+        assert meta.set_isr("fenced", 0, back, moved_version) is None
+        assert meta.partition_state("fenced", 0) == shrunk
+        # an ISR change within the replicas goes through; a stale state version does not
+        alone = PartitionState(state.leader, state.leader_epoch, [state.leader])
+        assert meta.set_isr("fenced", 0, alone, moved_version - 1) is None
+        assert meta.set_isr("fenced", 0, alone, moved_version) == moved_version + 1
+        assert meta.partition_state("fenced", 0) == alone
 
 
 @pytest.mark.slow

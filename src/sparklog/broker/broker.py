@@ -397,17 +397,17 @@ class Broker:
         if state is None or state.leader != self.broker_id or not self.zk_connected:
             return False
         new = PartitionState(state.leader, state.leader_epoch, isr)
-        path = self.cluster.layout.partition_state(partition.topic, partition.partition)
         try:
-            stat = self.cluster.zk.set(path, new.to_json(), version=partition.state_version)
-        except BadVersionError:
-            self.read_state(partition.topic, partition.partition)
-            return False
+            version = self.cluster.set_isr(partition.topic, partition.partition, new, partition.state_version)
         except Exception:
             log.warning("could not update the ISR of %s-%s", partition.topic, partition.partition, exc_info=True)
             return False
+        if version is None:  # the state or the replica assignment changed: learn both again
+            self._refresh_topic(partition.topic)
+            self.read_state(partition.topic, partition.partition)
+            return False
         log.info("%s-%s: ISR %s -> %s", partition.topic, partition.partition, state.isr, isr)
-        self._apply_state(partition.topic, partition.partition, new, stat.version)
+        self._apply_state(partition.topic, partition.partition, new, version)
         return True
 
     # ----------------------------------------------------------------- partition access

@@ -32,7 +32,7 @@ RECONCILE_INTERVAL_S = 2.0
 
 def choose_state(state: PartitionState, replicas: list[int], live: set[int], unclean: bool) -> PartitionState:
     """The state a partition should have given the live brokers (the controller's whole policy)."""
-    isr_live = [b for b in state.isr if b in live]
+    isr_live = [b for b in state.isr if b in live and b in replicas]  # a moved-away replica is no member
     if state.leader >= 0 and state.leader in live:
         preferred = replicas[0]
         if preferred != state.leader and preferred in isr_live:
@@ -174,7 +174,8 @@ class Controller:
             return
         replicas = [list(map(int, r)) for r in json.loads(data)["replicas"]]
         done = []
-        changed = False
+        grown = False
+        shrunk: dict[int, tuple[PartitionState, int]] = {}
         for p, target in targets.items():
             current = replicas[p]
             if current == target:
@@ -182,32 +183,26 @@ class Controller:
                 continue
             if not all(b in current for b in target):
                 replicas[p] = current + [b for b in target if b not in current]
-                changed = True
+                grown = True
                 continue
-            path = cluster.layout.partition_state(topic, p)
-            state_data, state_stat = cluster.zk.get(path)
+            state_data, state_stat = cluster.zk.get(cluster.layout.partition_state(topic, p))
             state = PartitionState.from_json(state_data)
             if not all(b in state.isr for b in target):
                 continue  # new replicas still catching up
             isr = [b for b in state.isr if b in target]
             if state.leader in target:
-                new_state = PartitionState(state.leader, state.leader_epoch, isr)
+                shrunk[p] = (PartitionState(state.leader, state.leader_epoch, isr), state_stat.version)
             else:
-                new_state = PartitionState(target[0], state.leader_epoch + 1, isr)
-            try:
-                cluster.zk.set(path, new_state.to_json(), version=state_stat.version)
-            except BadVersionError:
-                self._wake.set()
-                continue
+                shrunk[p] = (PartitionState(target[0], state.leader_epoch + 1, isr), state_stat.version)
             replicas[p] = list(target)
-            changed = True
-            log.info("controller: %s-%s moved to replicas %s (%s)", topic, p, target, new_state)
-        if changed:
-            try:
-                cluster.set_topic_replicas(topic, replicas, stat.version)
-            except BadVersionError:
-                self._wake.set()
+        if grown or shrunk:
+            # the dropped replicas leave the ISR in the same transaction that drops them from the
+            # assignment, so the leader can never take one of them back into the ISR
+            if not cluster.move_replicas(topic, replicas, stat.version, shrunk):
+                self._wake.set()  # something changed meanwhile: look again
                 return
+            for p, (new_state, _) in shrunk.items():
+                log.info("controller: %s-%s moved to replicas %s (%s)", topic, p, replicas[p], new_state)
         if done and len(done) == len(targets):
             cluster.zk.delete(cluster.layout.reassignment(topic))
             log.info("controller: reassignment of %s finished", topic)

@@ -170,6 +170,7 @@ class Partition:
             # (like Kafka: it need not reach a log end that moves with every write)
             rejoin = (
                 replica_id not in state.isr
+                and replica_id in self.replicas
                 and replica_id not in self._joining
                 and offset >= self.high_watermark
                 and offset >= self._epoch_start_offset

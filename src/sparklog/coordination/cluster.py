@@ -217,12 +217,47 @@ class ClusterMetadata:
         self.zk.set(self.layout.topic(name), json.dumps(raw).encode(), version=stat.version)
         return TopicMetadata(name, meta.replicas, merged)
 
-    def set_topic_replicas(self, name: str, replicas: list[list[int]], version: int) -> None:
-        """Replace a topic's replica assignment (compare-and-set on the topic znode's ``version``)."""
+    def move_replicas(
+        self,
+        name: str,
+        replicas: list[list[int]],
+        topic_version: int,
+        states: Mapping[int, tuple[PartitionState, int]],
+    ) -> bool:
+        """Replace a topic's replica assignment together with the states of the partitions it
+        shrinks, in one ZooKeeper transaction: compare-and-set on the topic znode (``topic_version``)
+        and on each state znode (the version paired with its new state). A replica dropped from the
+        assignment leaves the ISR in the same write, so no reader ever sees an ISR member that is no
+        longer a replica. False (nothing written) if any of them changed meanwhile."""
         data, _ = self.zk.get(self.layout.topic(name))
         raw = json.loads(data)
         raw["replicas"] = replicas
-        self.zk.set(self.layout.topic(name), json.dumps(raw).encode(), version=version)
+        tx = self.zk.transaction()
+        for p, (state, version) in states.items():
+            tx.set_data(self.layout.partition_state(name, p), state.to_json(), version=version)
+        tx.set_data(self.layout.topic(name), json.dumps(raw).encode(), version=topic_version)
+        return not any(isinstance(r, Exception) for r in tx.commit())
+
+    def set_isr(self, topic: str, partition: int, state: PartitionState, version: int) -> int | None:
+        """A leader's compare-and-set of its partition's state (a new ISR), fenced by the replica
+        assignment: refused (None) if an ISR member is not a replica of the partition, or if the
+        assignment or the state changed meanwhile (both are checked in one ZooKeeper transaction).
+        Returns the state znode's new version."""
+        topic_path = self.layout.topic(topic)
+        try:
+            data, topic_stat = self.zk.get(topic_path)
+        except NoNodeError:
+            return None
+        replicas = json.loads(data)["replicas"][partition]
+        if any(b not in replicas for b in state.isr):
+            return None
+        tx = self.zk.transaction()
+        tx.check(topic_path, topic_stat.version)
+        tx.set_data(self.layout.partition_state(topic, partition), state.to_json(), version=version)
+        results = tx.commit()
+        if any(isinstance(r, Exception) for r in results):
+            return None
+        return int(results[1].version)
 
     def request_reassignment(self, name: str, targets: Mapping[int, list[int]]) -> None:
         """Ask the controller to move partitions of ``name`` onto the given replicas (it adds the new
