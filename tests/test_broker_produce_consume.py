@@ -317,3 +317,22 @@ def test_a_group_whose_first_records_have_no_key_headers_or_partition_keeps_ever
     assert [m.partition for m in metas[:6]] == [0, 0, 0, 0, 0, 2]
     assert metas[6].partition == partitions_for_keys(pa.array([b"k2"]), 4).tolist()[0]
     assert got[5]["timestamp"].timestamp() == 1_700_000_000
+
+
+def test_a_seek_does_not_wait_for_the_long_poll_in_flight(start_broker: Any, sparklog_connect: str) -> None:
+    """After reading to the end, a fetch waits at the broker for new records (here up to 8 s); a
+    seek must not leave the next poll waiting for it (it used to: the stale fetch blocked the
+    partition until its wait ran out)."""
+    start_broker(1)
+    with Admin(sparklog_connect) as admin:
+        admin.create_topic("rewind", 1)
+    with Producer(sparklog_connect) as producer:
+        producer.send_batch("rewind", {"value": [b"x%d" % i for i in range(10)]}, partition=0)
+    with Consumer("rewind", zookeeper=sparklog_connect, auto_offset_reset="earliest", max_wait_ms=8_000) as consumer:
+        seen = 0
+        while seen < 10:
+            seen += sum(b.num_rows for b in consumer.poll_batches(timeout=5.0))
+        assert consumer.poll_batches(timeout=0.5) == []  # the long poll at the end is in flight now
+        consumer.seek_to_beginning()
+        again = consumer.poll_batches(timeout=4.0)  # the stale fetch still waits for 7 s
+        assert [v for b in again for v in b.column("value").to_pylist()] == [b"x%d" % i for i in range(10)]

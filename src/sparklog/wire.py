@@ -13,6 +13,9 @@
   to the high watermark for consumers (``replica_id`` -1) or the log end for followers; each batch
   has app metadata ``{"hw", "lso"}`` (plus ``"h"``, the stored batch header, for followers); with
   no data an empty batch carries it. If there is nothing yet the broker waits up to ``max_wait_ms``.
+  A consumer's ``"fields"`` projects a typed value; with ``"compact": true`` the broker may send
+  ``offset``, ``key`` and ``headers`` as Arrow ``null`` columns when they carry nothing the client
+  cannot rebuild (each message then has ``"base"``, its first offset: :mod:`sparklog.fetch_columns`).
 - **Actions** (``do_action``, JSON body, JSON result): ``list_offsets`` ``{"topic", "partition",
   "timestamp"?}`` -> ``{"log_start_offset", "log_end_offset", "high_watermark", "leader_epoch",
   "offset_for_time"}``; ``offsets_for_leader_epoch`` ``{"topic", "partition", "epoch"}`` ->

@@ -11,7 +11,7 @@ import pyarrow as pa
 from sparklog.errors import InvalidRequest
 from sparklog.records import schema_version, versioned_schema
 from sparklog.schemas.evolution import evolve
-from sparklog.schemas.projection import project, projected_type
+from sparklog.schemas.projection import Projection
 from sparklog.schemas.value_schema import ValueSchema
 
 
@@ -43,22 +43,24 @@ def conform_produced(
     return _with_value(batch, value)
 
 
-def consumer_schema(schemas: Sequence[ValueSchema], fields: Sequence[str] | None) -> pa.Schema:
-    """The schema of what a consumer of a typed topic receives."""
-    latest = schemas[-1]
-    value_type = projected_type(latest.arrow_type, fields) if fields else latest.arrow_type
-    return versioned_schema(value_type, latest.version)
+class ConsumerView:
+    """How a consumer of a typed topic sees stored batches of any schema version: in the latest
+    version, projected to the fields it asked for. Worked out once per fetch (the projection is
+    validated and compiled here), then applied to each stored batch."""
 
+    def __init__(self, schemas: Sequence[ValueSchema], fields: Sequence[str] | None) -> None:
+        self.schemas = schemas
+        latest = schemas[-1]
+        self.projection = Projection(latest.arrow_type, fields) if fields else None
+        value_type = self.projection.type if self.projection is not None else latest.arrow_type
+        self.schema = versioned_schema(value_type, latest.version)
 
-def for_consumer(
-    batch: pa.RecordBatch, schemas: Sequence[ValueSchema], fields: Sequence[str] | None, target: pa.Schema
-) -> pa.RecordBatch:
-    """A stored batch of any version as the consumer sees it: latest version, projected."""
-    latest = schemas[-1]
-    value = batch.column(batch.schema.get_field_index("value"))
-    written = schema_version(batch.schema)
-    if written is not None and written != latest.version:
-        value = evolve(value, _version(schemas, written), latest)
-    if fields:
-        value = project(value, fields)
-    return pa.RecordBatch.from_arrays([*batch.columns[:3], value, batch.column(4)], schema=target)
+    def __call__(self, batch: pa.RecordBatch) -> pa.RecordBatch:
+        latest = self.schemas[-1]
+        value = batch.column(3)  # the stored layout: offset, timestamp, key, value, headers
+        written = schema_version(batch.schema)
+        if written is not None and written != latest.version:
+            value = evolve(value, _version(self.schemas, written), latest)
+        if self.projection is not None:
+            value = self.projection(value)
+        return pa.RecordBatch.from_arrays([*batch.columns[:3], value, batch.column(4)], schema=self.schema)

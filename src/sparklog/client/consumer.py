@@ -19,7 +19,7 @@ import pyarrow.compute as pc
 import pyarrow.flight as flight
 from kazoo.recipe.partitioner import SetPartitioner
 
-from sparklog import wire
+from sparklog import fetch_columns, wire
 from sparklog.client.cluster_client import DEFAULT_ZOOKEEPER, ClusterClient
 from sparklog.coordination.cluster import BrokerInfo
 from sparklog.errors import InvalidRequest, OffsetOutOfRange
@@ -87,6 +87,7 @@ class Consumer:
         self._assigned: list[TopicPartition] = []
         self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=32, thread_name_prefix="sparklog-fetch")
         self._partition_columns = _PartitionColumns()
+        self._restorer = fetch_columns.Restorer()
         self._inflight: dict[TopicPartition, concurrent.futures.Future[list[pa.RecordBatch]]] = {}
         self._inflight_at: dict[TopicPartition, tuple[int, concurrent.futures.Future[list[pa.RecordBatch]]]] = {}
         self._partitioner: SetPartitioner | None = None
@@ -162,13 +163,15 @@ class Consumer:
                     "offset": offset,
                     "max_bytes": self.max_bytes,
                     "max_wait_ms": wait_ms,
+                    "compact": True,  # columns with nothing in them travel empty (sparklog.fetch_columns)
                     **({"fields": self.fields} if self.fields else {}),
                 }
             )
         )
+        restore = self._restorer.restore
 
         def run(client: flight.FlightClient, _broker: BrokerInfo) -> list[pa.RecordBatch]:
-            return client.do_get(ticket).read_all().to_batches()
+            return [restore(chunk.data, chunk.app_metadata) for chunk in client.do_get(ticket)]
 
         return self._client.call_leader(topic, partition, run)
 
@@ -265,22 +268,30 @@ class Consumer:
     def seek(self, partition: int, offset: int, topic: str | None = None) -> None:
         if offset < 0:
             raise InvalidRequest(f"offset must be >= 0, got {offset}")
-        self._positions[self._tp(partition, topic)] = offset
+        self._move(self._tp(partition, topic), offset)
+
+    def _move(self, tp: TopicPartition, offset: int) -> None:
+        """A new position; the fetch in flight from the old one (maybe a long poll at the log end)
+        is left to finish unread, so the next poll fetches from here at once instead of waiting
+        for it."""
+        self._positions[tp] = offset
+        self._inflight.pop(tp, None)
+        self._inflight_at.pop(tp, None)
 
     def seek_to_beginning(self) -> None:
         for tp in self._assigned:
-            self._positions[tp] = self._client.list_offsets(*tp)["log_start_offset"]
+            self._move(tp, self._client.list_offsets(*tp)["log_start_offset"])
 
     def seek_to_end(self) -> None:
         for tp in self._assigned:
-            self._positions[tp] = self._client.list_offsets(*tp)["high_watermark"]
+            self._move(tp, self._client.list_offsets(*tp)["high_watermark"])
 
     def seek_to_time(self, timestamp_ms: int) -> None:
         """Every assigned partition to its first record at or after the time (its end if none)."""
         for tp in self._assigned:
             offsets = self._client.list_offsets(*tp, timestamp=timestamp_ms)
             found = offsets.get("offset_for_time")
-            self._positions[tp] = offsets["high_watermark"] if found is None else found
+            self._move(tp, offsets["high_watermark"] if found is None else found)
 
     def commit(self, offsets: dict[TopicPartition, int] | None = None) -> None:
         """Commit the current positions (or the given offsets) of the group to ZooKeeper."""

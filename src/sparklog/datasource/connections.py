@@ -21,7 +21,7 @@ from typing import Any, TypeVar
 import pyarrow as pa
 import pyarrow.flight as flight
 
-from sparklog import wire
+from sparklog import fetch_columns, wire
 from sparklog.client.cluster_client import ClusterClient
 from sparklog.coordination.cluster import BrokerInfo
 from sparklog.errors import BrokerNotAvailable, SparklogError
@@ -34,6 +34,7 @@ _lock = threading.Lock()
 _clients: dict[str, ClusterClient] = {}
 _flights: dict[str, flight.FlightClient] = {}
 _pid = os.getpid()
+_RESTORER = fetch_columns.Restorer()  # fetched batches get back the columns a response left out
 
 
 def _check_fork() -> None:
@@ -151,18 +152,21 @@ def fetch(
         "offset": offset,
         "max_bytes": max_bytes,
         "max_wait_ms": 0,
+        "compact": True,  # columns with nothing in them travel empty (sparklog.fetch_columns)
     }
     if fields:
         request["fields"] = list(fields)  # typed topics: the broker sends only these value fields
     ticket = flight.Ticket(wire.encode(request))
 
+    restore = _RESTORER.restore
+
     def open_stream(client: flight.FlightClient) -> tuple[flight.FlightStreamReader, pa.RecordBatch | None]:
         reader = client.do_get(ticket)
         try:
-            first = reader.read_chunk().data
+            chunk = reader.read_chunk()
         except StopIteration:
-            first = None
-        return reader, first
+            return reader, None
+        return reader, restore(chunk.data, chunk.app_metadata)
 
     opened = None
     if leader_hint is not None:
@@ -189,7 +193,7 @@ def fetch(
         except (flight.FlightError, OSError, pa.ArrowException) as exc:
             raise typed(exc, f"the leader of {topic}-{partition}") from None
         if chunk.data is not None:
-            yield chunk.data
+            yield restore(chunk.data, chunk.app_metadata)
 
 
 # ----------------------------------------------------------------------------------------- producing

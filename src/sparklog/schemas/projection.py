@@ -76,43 +76,49 @@ def field_tree(type_: pa.StructType, fields: str | Sequence[str]) -> Tree:
 
 def projected_type(type_: pa.StructType, fields: str | Sequence[str]) -> pa.StructType:
     """The struct type of ``type_`` projected to ``fields``."""
-    return _type(type_, field_tree(type_, fields))
+    return Projection(type_, fields).type
 
 
-def _type(type_: pa.StructType, tree: Tree) -> pa.StructType:
-    out = []
-    for f in type_:
-        if f.name in tree:
-            sub = tree[f.name]
-            out.append(f if sub is None else f.with_type(_type(f.type, sub)))
-    return pa.struct(out)
+class Projection:
+    """A projection of one struct type to some of its fields, worked out once (paths validated,
+    child positions and the result type known) and applied to any number of columns of that type:
+    a column costs a few microseconds whatever the width of the struct."""
+
+    def __init__(self, type_: pa.StructType, fields: str | Sequence[str] | Tree) -> None:
+        if not pa.types.is_struct(type_):
+            raise InvalidRequest(f"only a typed (struct) value can be projected, got {type_}")
+        tree = fields if isinstance(fields, dict) else field_tree(type_, fields)
+        self.source = type_
+        # (child position, its own projection, or None for the whole child), in the schema's order
+        self._children: list[tuple[int, Projection | None]] = []
+        out = []
+        for i in range(type_.num_fields):
+            f = type_.field(i)
+            if f.name not in tree:
+                continue
+            sub = None if tree[f.name] is None else Projection(f.type, tree[f.name])
+            self._children.append((i, sub))
+            out.append(f if sub is None else f.with_type(sub.type))
+        self.type = pa.struct(out)
+
+    def __call__(self, values: pa.StructArray | pa.ChunkedArray) -> pa.StructArray | pa.ChunkedArray:
+        """``values`` projected, without copying any child column."""
+        if isinstance(values, pa.ChunkedArray):
+            return pa.chunked_array([self(c) for c in values.chunks], type=self.type)
+        if values.type != self.source:
+            raise InvalidRequest(f"this projection is for {self.source}, got {values.type}")
+        return self._apply(values)
+
+    def _apply(self, arr: pa.StructArray) -> pa.StructArray:
+        children = [arr.field(i) if sub is None else sub._apply(arr.field(i)) for i, sub in self._children]
+        return pa.Array.from_buffers(
+            self.type, len(arr), [validity_buffer(arr)], null_count=arr.null_count, children=children
+        )
 
 
 def project(values: pa.StructArray | pa.ChunkedArray, fields: str | Sequence[str]) -> pa.StructArray | pa.ChunkedArray:
     """``values`` projected to ``fields``, without copying any child column."""
-    if isinstance(values, pa.ChunkedArray):
-        tree = field_tree(values.type, fields)
-        return pa.chunked_array([_project(c, tree) for c in values.chunks], type=_type(values.type, tree))
-    if not pa.types.is_struct(values.type):
-        raise InvalidRequest(f"only a typed (struct) value can be projected, got {values.type}")
-    return _project(values, field_tree(values.type, fields))
-
-
-def _project(arr: pa.StructArray, tree: Tree) -> pa.StructArray:
-    fields, children = [], []
-    for i, f in enumerate(arr.type):
-        if f.name not in tree:
-            continue
-        child = arr.field(i)
-        sub = tree[f.name]
-        if sub is not None:
-            child = _project(child, sub)
-            f = f.with_type(child.type)
-        fields.append(f)
-        children.append(child)
-    return pa.Array.from_buffers(
-        pa.struct(fields), len(arr), [validity_buffer(arr)], null_count=arr.null_count, children=children
-    )
+    return Projection(values.type, fields)(values)
 
 
 def project_batch(batch: pa.RecordBatch, fields: str | Sequence[str], column: str = "value") -> pa.RecordBatch:

@@ -330,14 +330,31 @@ def iter_segment(path: str) -> Iterator[tuple[pa.RecordBatch, BatchHeader]]:
             yield item.batch, header
 
 
-def read_header_at(data: pa.Buffer, position: int) -> tuple[BatchHeader, int]:
-    """The header of the batch message at ``position`` and where that message ends, without
-    decoding (or decompressing) the batch. Raises :class:`CorruptRecord` if unreadable."""
+def read_message_at(data: pa.Buffer, position: int) -> tuple[ipc.Message, BatchHeader, int]:
+    """The batch message at ``position`` of a segment's bytes, its header and where it ends,
+    without decoding (or decompressing) the batch. Raises :class:`CorruptRecord` if unreadable."""
     reader = pa.BufferReader(data)
     try:
         reader.seek(position)
         message = ipc.read_message(reader)
     except (pa.ArrowException, OSError, EOFError) as exc:
         raise CorruptRecord(f"unreadable batch at position {position}: {exc}") from exc
+    if message.type != "record batch":
+        raise CorruptRecord(f"expected a record batch at position {position}, found {message.type}")
     header, _, _ = read_header(message.metadata)
-    return header, reader.tell()
+    return message, header, reader.tell()
+
+
+def decode_message(message: ipc.Message, schema: pa.Schema, position: int) -> pa.RecordBatch:
+    """The record batch of a message from :func:`read_message_at` (zero-copy for uncompressed data)."""
+    try:
+        return ipc.read_record_batch(message, schema)
+    except (pa.ArrowException, OSError, EOFError, ValueError) as exc:
+        raise CorruptRecord(f"unreadable batch at position {position}: {exc}") from exc
+
+
+def read_header_at(data: pa.Buffer, position: int) -> tuple[BatchHeader, int]:
+    """The header of the batch message at ``position`` and where that message ends, without
+    decoding (or decompressing) the batch. Raises :class:`CorruptRecord` if unreadable."""
+    _, header, end = read_message_at(data, position)
+    return header, end

@@ -15,15 +15,18 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.ipc as ipc
 
 from sparklog.broker.log.batch_codec import (
     BatchEncoder,
     BatchHeader,
     EncodedBatch,
     StoredBatch,
+    decode_message,
     extend_crc,
     read_batch_at,
     read_header_at,
+    read_message_at,
     read_schema,
     scan_batches,
 )
@@ -172,7 +175,7 @@ class LogSegment:
         self.max_timestamp = self.time_index.max_timestamp or -1
         data = self._map()
         try:
-            for header, _position, end in self._headers(data, position):
+            for header, _position, end, _message in self._messages(data, position):
                 self.next_offset = header.last_offset + 1
                 self.max_timestamp = max(self.max_timestamp, header.max_timestamp)
                 position = end
@@ -277,12 +280,12 @@ class LogSegment:
         data = self._map()
         keep_end = self._start_position(offset)
         straddler: pa.RecordBatch | None = None
-        for header, position, end in self._headers(data, keep_end):
+        for header, position, end, message in self._messages(data, keep_end):
             if header.last_offset < offset:
                 keep_end = end
                 continue
             if header.base_offset < offset:
-                batch = read_batch_at(data, position, self.schema).batch
+                batch = decode_message(message, self.schema, position)
                 straddler = batch.filter(pc.less(batch.column(0), offset))
             break
         self._replace_with_prefix(keep_end)
@@ -318,10 +321,12 @@ class LogSegment:
             self._data = data
         return data.slice(0, size) if data.size > size else data
 
-    def _headers(self, data: pa.Buffer, position: int) -> Iterator[tuple[BatchHeader, int, int]]:
+    def _messages(self, data: pa.Buffer, position: int) -> Iterator[tuple[BatchHeader, int, int, ipc.Message]]:
+        """Each batch message from ``position`` on: its header, start, end, and the message itself
+        (decoded only if the caller wants the batch)."""
         while position < data.size:
-            header, end = read_header_at(data, position)
-            yield header, position, end
+            message, header, end = read_message_at(data, position)
+            yield header, position, end, message
             position = end
 
     def read(
@@ -334,14 +339,14 @@ class LogSegment:
         data = self._map()
         out: list[tuple[pa.RecordBatch, BatchHeader]] = []
         taken = 0
-        for header, position, end in self._headers(data, self._start_position(offset)):
+        for header, position, end, message in self._messages(data, self._start_position(offset)):
             if header.last_offset < offset:
                 continue
             if upto is not None and header.base_offset >= upto:
                 return out, taken, True
             if taken + (end - position) > max_bytes and (out or not at_least_one):
                 return out, taken, False
-            batch = read_batch_at(data, position, self.schema).batch
+            batch = decode_message(message, self.schema, position)
             if upto is not None and header.last_offset >= upto:
                 batch = batch.filter(pc.less(batch.column(0), upto))
                 header = header_for(batch, header.leader_epoch, header.producer_id, header.producer_seq)
@@ -356,10 +361,10 @@ class LogSegment:
         start = self.time_index.search_start(timestamp)
         position = self._start_position(start) if start is not None else self.first_position
         data = self._map()
-        for header, pos, _end in self._headers(data, position):
+        for header, pos, _end, message in self._messages(data, position):
             if header.max_timestamp < timestamp:
                 continue
-            batch = read_batch_at(data, pos, self.schema).batch
+            batch = decode_message(message, self.schema, pos)
             ts = batch.column(1).cast(pa.int64())
             hits = pc.indices_nonzero(pc.greater_equal(ts, timestamp))
             if len(hits):
@@ -369,7 +374,7 @@ class LogSegment:
     def headers(self) -> Iterator[BatchHeader]:
         """Every batch's header, in order, without decoding the batches."""
         data = self._map()
-        for header, _position, _end in self._headers(data, self.first_position):
+        for header, _position, _end, _message in self._messages(data, self.first_position):
             yield header
 
     def batches(self, verify: bool = False) -> Iterator[StoredBatch]:
