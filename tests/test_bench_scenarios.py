@@ -3,6 +3,8 @@ are measured by ``sparklog bench``, never asserted here)."""
 
 from __future__ import annotations
 
+import pytest
+
 from sparklog.bench import broker_scenarios
 
 
@@ -17,3 +19,21 @@ def test_produce_reports_async_sync_and_per_record_figures() -> None:
     result = broker_scenarios.produce(records=60_000, batch_records=5_000, partitions=2, send_records=2_000)
     assert result["records"] == 60_000 and result["in_flight"] == 4
     assert result["records_per_s"] > 0 and result["sync_records_per_s"] > 0 and result["send_records_per_s"] > 0
+
+
+def test_consume_with_fields_compares_a_projection_with_every_column() -> None:
+    result = broker_scenarios.consume(records=40_000, batch_records=5_000, partitions=2, repeat=1, fields="f0,f1")
+    assert result["scenario"] == "consume-fields" and result["records"] == 40_000
+    # 2 of 20 columns: f0 (long) and f1 (double) are 16 bytes a record, all 20 several times that
+    assert result["value_bytes_received"] == 40_000 * 16
+    assert result["bytes_ratio"] > 5
+
+
+@pytest.mark.slow
+def test_spark_read_with_fields_reads_every_row_both_ways(spark: object) -> None:
+    from sparklog.bench import spark_scenarios
+
+    result = spark_scenarios.spark_read(records=40_000, batch_records=5_000, partitions=2, repeat=1, fields="f0,f1")
+    # the scenario itself asserts that each query read every row of the topic
+    assert result["records"] == 40_000 and result["fields"] == "f0,f1"
+    assert result["records_per_s"] > 0 and result["all_columns_records_per_s"] > 0

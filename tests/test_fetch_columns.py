@@ -121,4 +121,3 @@ def test_a_consumer_gets_the_same_records_as_a_plain_fetch_with_fewer_bytes_on_t
     assert table.column("value").to_pylist() == [b"a%d" % i for i in range(1000)] + [b"b", b"c"]
     assert table.column("headers").null_count == 1002
     assert table.schema.field("offset").type == pa.int64() and table.schema.field("key").type == pa.binary()
-

@@ -106,9 +106,15 @@ def consume(
     batch_records: int = 10_000,
     partitions: int = 6,
     repeat: int = 3,
+    fields: str | None = None,
     **_: Any,
 ) -> dict[str, Any]:
-    """Produce ``records`` records (not timed), then read them all back columnar, ``repeat`` times."""
+    """Produce ``records`` records (not timed), then read them all back columnar, ``repeat`` times.
+    With ``fields``: :func:`consume_fields` (a typed topic of 20 columns, all against ``fields``)."""
+    if fields is not None:
+        return consume_fields(
+            records=records, batch_records=batch_records, partitions=partitions, repeat=repeat, fields=fields
+        )
     batch = pa.record_batch({"value": make_values(batch_records, value_bytes)})
     batches = max(1, records // batch_records)
     total = batches * batch_records
@@ -292,6 +298,17 @@ def typed_values(rows: int, columns: int = 20, seed: int = 3) -> pa.StructArray:
     return pa.StructArray.from_arrays(arrays, names=names)
 
 
+def fill_typed_topic(zookeeper: str, topic: str, records: int, batch_records: int, partitions: int) -> int:
+    """Produce about ``records`` rows of :func:`typed_values` (whole batches, every partition the
+    same number) into a typed topic; returns how many."""
+    table = pa.Table.from_batches([pa.record_batch({"value": typed_values(batch_records)})] * partitions)
+    rounds = max(1, records // (batch_records * partitions))
+    with Producer(zookeeper, batch_records=batch_records) as producer:
+        for _ in range(rounds):
+            producer.send_batch(topic, table)
+    return rounds * partitions * batch_records
+
+
 def consume_fields(
     records: int = 2_000_000,
     batch_records: int = 10_000,
@@ -305,20 +322,14 @@ def consume_fields(
     import json
 
     wanted = [f.strip() for f in fields.split(",") if f.strip()]
-    values = typed_values(batch_records)
-    batches = max(1, records // batch_records)
-    total = batches * batch_records
+    total = records
     runs: dict[str, list[tuple[float, int]]] = {"all": [], "fields": []}
     with tempfile.TemporaryDirectory(prefix="sparklog-bench-") as tmp:
         cluster = LocalCluster(tmp, brokers=1).start()
         try:
             with Admin(cluster.zookeeper) as admin:
                 admin.create_topic(TOPIC, partitions, 1, value_schema=json.dumps(typed_schema()))
-            table = pa.Table.from_batches([pa.record_batch({"value": values})] * partitions)
-            with Producer(cluster.zookeeper, batch_records=batch_records) as producer:
-                for _ in range(max(1, batches // partitions)):
-                    producer.send_batch(TOPIC, table)
-            total = max(1, batches // partitions) * partitions * batch_records
+            total = fill_typed_topic(cluster.zookeeper, TOPIC, total, batch_records, partitions)
             for _ in range(repeat + 1):  # the first round warms caches
                 for name, projection in (("all", None), ("fields", wanted)):
                     with Consumer(

@@ -72,13 +72,17 @@ def _run(query: Any) -> float:
     return took
 
 
-def _read_query(spark: Any, zookeeper: str, topic: str, checkpoint: str) -> Any:
-    return (
+def _read_query(spark: Any, zookeeper: str, topic: str, checkpoint: str, fields: str | None = None) -> Any:
+    reader = (
         spark.readStream.format("sparklog")
         .option("zookeeper", zookeeper)
         .option("subscribe", topic)
         .option("startingOffsets", "earliest")
-        .load()
+    )
+    if fields is not None:
+        reader = reader.option("fields", fields)
+    return (
+        reader.load()
         .writeStream.format("noop")
         .option("checkpointLocation", checkpoint)
         .trigger(availableNow=True)
@@ -93,10 +97,15 @@ def spark_read(
     batch_records: int = 10_000,
     repeat: int = 3,
     cores: int = 2,
+    fields: str | None = None,
     **_: Any,
 ) -> dict[str, Any]:
-    """Streaming (availableNow) read of ``records`` records into the noop sink."""
+    """Streaming (availableNow) read of ``records`` records into the noop sink. With ``fields``:
+    :func:`spark_read_fields` instead."""
     from sparklog.datasource import connections
+
+    if fields is not None:
+        return spark_read_fields(fields, records, partitions, batch_records, repeat, cores)
 
     spark, own = _spark(cores)
     times: list[float] = []
@@ -134,6 +143,63 @@ def spark_read(
         "read_records_per_s": round(total / best),
         "records_per_s": round(total / best),
         "mb_per_s": round(total * value_bytes / best / 1e6, 1),
+    }
+
+
+def spark_read_fields(
+    fields: str = "f0,f1",
+    records: int = 2_000_000,
+    partitions: int = 6,
+    batch_records: int = 10_000,
+    repeat: int = 3,
+    cores: int = 2,
+) -> dict[str, Any]:
+    """A typed topic of 20 columns (as ``consume-fields``) read by availableNow queries into the
+    noop sink: every column, then only ``fields`` (the broker sends just those columns, Spark
+    converts just those), interleaved ``repeat`` times; medians."""
+    import json
+    import statistics
+
+    from sparklog.bench.broker_scenarios import fill_typed_topic, typed_schema
+    from sparklog.datasource import connections
+
+    spark, own = _spark(cores)
+    times: dict[str, list[float]] = {"all": [], "fields": []}
+    with tempfile.TemporaryDirectory(prefix="sparklog-bench-") as tmp:
+        cluster = LocalCluster(os.path.join(tmp, "cluster"), brokers=1).start()
+        try:
+            with Admin(cluster.zookeeper) as admin:
+                admin.create_topic(SOURCE, partitions, 1, value_schema=json.dumps(typed_schema()))
+            total = fill_typed_topic(cluster.zookeeper, SOURCE, records, batch_records, partitions)
+            for i in range(repeat + 1):  # the first round warms up Spark and the broker
+                for name, projection in (("all", None), ("fields", fields)):
+                    query = _read_query(
+                        spark, cluster.zookeeper, SOURCE, os.path.join(tmp, f"ckpt-{name}-{i}"), projection
+                    )
+                    took = _run(query)
+                    rows = sum(p["numInputRows"] for p in query.recentProgress)
+                    if rows != total:
+                        raise AssertionError(f"the query read {rows} rows, the topic holds {total}")
+                    if i:
+                        times[name].append(took)
+        finally:
+            connections.close_all()
+            cluster.stop()
+            if own:
+                spark.stop()
+    took = {k: statistics.median(v) for k, v in times.items()}
+    return {
+        "scenario": "spark-read",
+        "records": total,
+        "columns": 20,
+        "fields": fields,
+        "partitions": partitions,
+        "cores": cores,
+        "seconds": round(took["fields"], 3),
+        "all_columns_seconds": round(took["all"], 3),
+        "records_per_s": round(total / took["fields"]),
+        "all_columns_records_per_s": round(total / took["all"]),
+        "speedup": round(took["all"] / took["fields"], 2),
     }
 
 

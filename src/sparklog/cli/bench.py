@@ -35,7 +35,12 @@ def add_bench(sub: argparse._SubParsersAction) -> None:
         p.add_argument(f"--{name}", type=type_, default=None, help=help_)
     p.add_argument("--compression", choices=["none", "lz4", "zstd"], default=None)
     p.add_argument("--acks", choices=["0", "1", "all"], default=None)
-    p.add_argument("--fields", default=None, metavar="F1,F2", help="'consume-fields': the columns to fetch")
+    p.add_argument(
+        "--fields",
+        default=None,
+        metavar="F1,F2",
+        help="consume, consume-fields, spark-read: a typed topic of 20 columns read whole, then as these columns",
+    )
     p.add_argument(
         "--against",
         choices=["kafka"],
