@@ -185,12 +185,12 @@ class BrokerServer(flight.FlightServerBase):
                 raise InvalidRequest(f"'fields' needs a typed topic; {topic!r} has no value schema")
             else:
                 schema, convert = plog.schema, None
-            elision = fetch_columns.NOTHING
+            plan = fetch_columns.ResponsePlan(fetch_columns.NOTHING)
             if request.get("compact") is True and replica_id < 0:
-                elision = fetch_columns.plan([batch for batch, _ in stored])
-                schema = fetch_columns.sent_schema(schema, elision)
+                plan = fetch_columns.plan([batch for batch, _ in stored])
+                schema = plan.sent_schema(schema)
             return flight.GeneratorStream(
-                schema, self._fetch_stream(partition, stored, schema, convert, replica_id >= 0, elision)
+                schema, self._fetch_stream(partition, stored, schema, convert, replica_id >= 0, plan)
             )
         except SparklogError as exc:
             raise wire.to_flight_error(exc) from None
@@ -202,11 +202,11 @@ class BrokerServer(flight.FlightServerBase):
         schema: pa.Schema,
         convert: Any,
         replica: bool,
-        elision: fetch_columns.Elision,
+        plan: fetch_columns.ResponsePlan,
     ) -> Any:
         """Batches with per-batch metadata: the high watermark and log start (and, for a follower,
-        the batch's stored header; for a consumer whose offsets are left out, the first offset of
-        each batch); an empty batch carries them when there is no data."""
+        the batch's stored header; for a compact consumer fetch, what rebuilds the columns left
+        out); an empty batch carries them when there is no data."""
         positions = {"hw": partition.high_watermark, "lso": partition.log.log_start_offset}
         if not stored:
             yield pa.RecordBatch.from_pylist([], schema=schema), pa.py_buffer(wire.encode(positions))
@@ -215,16 +215,10 @@ class BrokerServer(flight.FlightServerBase):
             for batch, header in stored:
                 yield batch, pa.py_buffer(wire.encode({**positions, "h": header.encode(crc=b"00000000")}))
             return
-        sent = _coalesced(fetch_columns.elide(convert(b) if convert else b, elision, schema) for b, _ in stored)
-        if not elision.offset:
-            shared = pa.py_buffer(wire.encode(positions))  # a consumer's batches all carry the same
-            for batch in sent:
-                yield batch, shared
-            return
-        base = stored[0][0].column(0)[0].as_py()  # the response's offsets run without a gap from here
-        for batch in sent:
-            yield batch, pa.py_buffer(wire.encode({**positions, "base": base}))
-            base += batch.num_rows
+        shared = pa.py_buffer(wire.encode(positions))  # unless a message needs more, all carry the same
+        sent = _coalesced(plan.elide(convert(b) if convert else b, schema) for b, _ in stored)
+        for batch, extra in plan.messages(sent, [b.num_rows for b, _ in stored]):
+            yield batch, pa.py_buffer(wire.encode({**positions, **extra})) if extra else shared
 
     # ----------------------------------------------------------------- actions
     def do_action(self, context: flight.ServerCallContext, action: flight.Action) -> Iterator[bytes]:
