@@ -17,6 +17,14 @@ from sparklog.schemas.registry import SchemaRegistry
 from sparklog.schemas.value_schema import ValueSchema
 
 DEFAULT_ZOOKEEPER = "127.0.0.1:2181"
+FETCH_CONNECTIONS = 8  # per broker: fetches of different partitions spread over this many connections
+
+
+def fetch_connection(partition: int) -> int:
+    """The connection (:meth:`ClusterClient.flight`) fetches of ``partition`` use."""
+    return 1 + partition % FETCH_CONNECTIONS
+
+
 T = TypeVar("T")
 
 
@@ -43,7 +51,7 @@ class ClusterClient:
         self._topics: dict[str, TopicMetadata] = {}
         self._leaders: dict[tuple[str, int], int] = {}
         self._brokers: dict[int, BrokerInfo] = {}
-        self._clients: dict[str, flight.FlightClient] = {}
+        self._clients: dict[tuple[str, int], flight.FlightClient] = {}  # (location, connection)
         self._lock = threading.Lock()
         self._watched: set[tuple[str, int]] = set()
         self._registry: SchemaRegistry | None = None
@@ -125,20 +133,24 @@ class ClusterClient:
             raise BrokerNotAvailable(f"the leader of {topic}-{partition} (broker {broker_id}) is not live")
         return info
 
-    def flight(self, broker: BrokerInfo) -> flight.FlightClient:
-        client = self._clients.get(broker.location)
+    def flight(self, broker: BrokerInfo, connection: int = 0) -> flight.FlightClient:
+        """The Flight client of a broker: connection 0 is the shared one; others (fetches of
+        different partitions) each have their own TCP connection (``wire.flight_client``)."""
+        key = (broker.location, connection)
+        client = self._clients.get(key)
         if client is None:
             with self._lock:
-                client = self._clients.get(broker.location)
+                client = self._clients.get(key)
                 if client is None:
-                    client = self._clients[broker.location] = wire.flight_client(broker.location)
+                    client = self._clients[key] = wire.flight_client(broker.location, own_connection=connection > 0)
         return client
 
     def forget(self, broker: BrokerInfo) -> None:
-        """Drop the cached Flight client of an unreachable broker (the next call connects anew).
-        It is not closed here: another thread may be in a call on it; it closes when collected."""
+        """Drop the cached Flight clients of an unreachable broker (the next call connects anew).
+        They are not closed here: another thread may be in a call on one; they close when collected."""
         with self._lock:
-            self._clients.pop(broker.location, None)
+            for key in [k for k in self._clients if k[0] == broker.location]:
+                del self._clients[key]
 
     def call_leader(
         self,
@@ -146,11 +158,13 @@ class ClusterClient:
         partition: int,
         request: Callable[[flight.FlightClient, BrokerInfo], T],
         deadline: float | None = None,
+        connection: int = 0,
     ) -> T:
         """Run ``request`` against the partition's leader; on a retriable error (not the leader, an
         unreachable broker, too few in-sync replicas) refresh metadata and retry with backoff until
         ``deadline`` (a ``time.monotonic()`` value; default ``retry_timeout_s`` from now) would pass
-        (or ``retries`` attempts, if set)."""
+        (or ``retries`` attempts, if set). ``connection``: which of the broker's connections
+        (:meth:`flight`)."""
         if deadline is None:
             deadline = time.monotonic() + self.retry_timeout_s
         backoff = self.retry_backoff_s
@@ -161,7 +175,7 @@ class ClusterClient:
             error: SparklogError
             try:
                 broker = self.leader(topic, partition, refresh=refresh)
-                return request(self.flight(broker), broker)
+                return request(self.flight(broker, connection), broker)
             except SparklogError as exc:
                 error = exc
             except flight.FlightError as exc:

@@ -20,7 +20,7 @@ import pyarrow.flight as flight
 from kazoo.recipe.partitioner import SetPartitioner
 
 from sparklog import fetch_columns, wire
-from sparklog.client.cluster_client import DEFAULT_ZOOKEEPER, ClusterClient
+from sparklog.client.cluster_client import DEFAULT_ZOOKEEPER, ClusterClient, fetch_connection
 from sparklog.coordination.cluster import BrokerInfo
 from sparklog.errors import InvalidRequest, OffsetOutOfRange
 from sparklog.schemas.codec import encode_avro
@@ -173,7 +173,7 @@ class Consumer:
         def run(client: flight.FlightClient, _broker: BrokerInfo) -> list[pa.RecordBatch]:
             return [restore(chunk.data, chunk.app_metadata) for chunk in client.do_get(ticket)]
 
-        return self._client.call_leader(topic, partition, run)
+        return self._client.call_leader(topic, partition, run, connection=fetch_connection(partition))
 
     def poll_batches(self, timeout: float = 1.0) -> list[pa.RecordBatch]:
         """Record batches from the current positions (columns ``topic``, ``partition``, ``offset``,

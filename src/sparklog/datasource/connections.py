@@ -22,7 +22,7 @@ import pyarrow as pa
 import pyarrow.flight as flight
 
 from sparklog import fetch_columns, wire
-from sparklog.client.cluster_client import ClusterClient
+from sparklog.client.cluster_client import ClusterClient, fetch_connection
 from sparklog.coordination.cluster import BrokerInfo
 from sparklog.errors import BrokerNotAvailable, SparklogError
 from sparklog.records import wire_schema
@@ -32,7 +32,7 @@ log = logging.getLogger("sparklog.datasource")
 T = TypeVar("T")
 _lock = threading.Lock()
 _clients: dict[str, ClusterClient] = {}
-_flights: dict[str, flight.FlightClient] = {}
+_flights: dict[tuple[str, int], flight.FlightClient] = {}  # (location, connection: ClusterClient.flight)
 _pid = os.getpid()
 _RESTORER = fetch_columns.Restorer()  # fetched batches get back the columns a response left out
 
@@ -75,19 +75,19 @@ def close_all() -> None:
         f.close()
 
 
-def flight_client(location: str) -> flight.FlightClient:
+def flight_client(location: str, connection: int = 0) -> flight.FlightClient:
     with _lock:
         _check_fork()
-        client = _flights.get(location)
+        client = _flights.get((location, connection))
         if client is None:
-            client = _flights[location] = wire.flight_client(location)
+            client = _flights[(location, connection)] = wire.flight_client(location, own_connection=connection > 0)
         return client
 
 
 def forget_flight(location: str) -> None:
     with _lock:
-        client = _flights.pop(location, None)
-    if client is not None:
+        gone = [_flights.pop(key) for key in [k for k in _flights if k[0] == location]]
+    for client in gone:
         client.close()
 
 
@@ -157,7 +157,7 @@ def fetch(
     if fields:
         request["fields"] = list(fields)  # typed topics: the broker sends only these value fields
     ticket = flight.Ticket(wire.encode(request))
-
+    connection = fetch_connection(partition)
     restore = _RESTORER.restore
 
     def open_stream(client: flight.FlightClient) -> tuple[flight.FlightStreamReader, pa.RecordBatch | None]:
@@ -171,7 +171,7 @@ def fetch(
     opened = None
     if leader_hint is not None:
         try:
-            opened = open_stream(flight_client(leader_hint))
+            opened = open_stream(flight_client(leader_hint, connection))
         except (flight.FlightError, OSError, pa.ArrowException) as exc:
             error = typed(exc, f"broker {leader_hint}")
             if not error.retriable:
@@ -180,7 +180,7 @@ def fetch(
                 forget_flight(leader_hint)
     if opened is None:
         client = cluster_client(zookeeper)
-        opened = client.call_leader(topic, partition, lambda c, _b: open_stream(c))
+        opened = client.call_leader(topic, partition, lambda c, _b: open_stream(c), connection=connection)
     reader, first = opened
     if first is None:
         return
