@@ -91,6 +91,7 @@ def test_what_a_response_leaves_out() -> None:
     assert plan([plain, stored_batch([20, 21], True, False, True)]).elision == Elision(True, True, False, True)
     assert plan([plain, stored_batch([20, 21], False, True, True)]).elision == Elision(True, True, True, False)
     assert plan([]).elision == NOTHING
+    assert plan([plain, plain.slice(0, 0)]).elision == NOTHING
 
 
 def test_a_consumer_gets_the_same_records_as_a_plain_fetch_with_fewer_bytes_on_the_wire(

@@ -111,7 +111,7 @@ class ResponsePlan:
 
 def plan(batches: Sequence[pa.RecordBatch]) -> ResponsePlan:
     """What a response of these consumer batches (stored layout, in offset order) may leave out."""
-    if not batches:
+    if not batches or any(b.num_rows == 0 for b in batches):
         return ResponsePlan(NOTHING)
     schema = batches[0].schema
     key, headers = schema.get_field_index("key"), schema.get_field_index("headers")

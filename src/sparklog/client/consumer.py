@@ -171,7 +171,7 @@ class Consumer:
         restore = self._restorer.restore
 
         def run(client: flight.FlightClient, _broker: BrokerInfo) -> list[pa.RecordBatch]:
-            return [restore(chunk.data, chunk.app_metadata) for chunk in client.do_get(ticket)]
+            return [restore(c.data, c.app_metadata) for c in client.do_get(ticket) if c.data is not None]
 
         return self._client.call_leader(topic, partition, run, connection=fetch_connection(partition))
 
