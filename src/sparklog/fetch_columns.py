@@ -109,10 +109,13 @@ class ResponsePlan:
             yield batch, extra
 
 
+PLAIN = ResponsePlan(NOTHING)  # a response that leaves nothing out (followers, fetches not asking for it)
+
+
 def plan(batches: Sequence[pa.RecordBatch]) -> ResponsePlan:
     """What a response of these consumer batches (stored layout, in offset order) may leave out."""
     if not batches or any(b.num_rows == 0 for b in batches):
-        return ResponsePlan(NOTHING)
+        return PLAIN
     schema = batches[0].schema
     key, headers = schema.get_field_index("key"), schema.get_field_index("headers")
     first_offset = expected = batches[0].column(0)[0].as_py()
@@ -151,7 +154,7 @@ class Restorer:
         self._nulls: dict[str, pa.Array] = {}
 
     def restore(self, batch: pa.RecordBatch, app_metadata: Any) -> pa.RecordBatch:
-        schema, elided = self._plan(batch.schema)
+        schema, elided = self._layout(batch.schema)
         if not elided:
             return batch
         n = batch.num_rows
@@ -170,7 +173,7 @@ class Restorer:
                 columns[i] = self._null_column(name, n)
         return pa.RecordBatch.from_arrays(columns, schema=schema)
 
-    def _plan(self, schema: pa.Schema) -> tuple[pa.Schema, tuple[tuple[int, str], ...]]:
+    def _layout(self, schema: pa.Schema) -> tuple[pa.Schema, tuple[tuple[int, str], ...]]:
         known = self._schemas.get(schema)
         if known is None:
             elided = tuple((i, f.name) for i, f in enumerate(schema) if f.type == ELIDED and f.name in _REBUILT_TYPES)

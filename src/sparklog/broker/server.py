@@ -185,7 +185,7 @@ class BrokerServer(flight.FlightServerBase):
                 raise InvalidRequest(f"'fields' needs a typed topic; {topic!r} has no value schema")
             else:
                 schema, convert = plog.schema, None
-            plan = fetch_columns.ResponsePlan(fetch_columns.NOTHING)
+            plan = fetch_columns.PLAIN
             if request.get("compact") is True and replica_id < 0:
                 plan = fetch_columns.plan([batch for batch, _ in stored])
                 schema = plan.sent_schema(schema)

@@ -270,18 +270,10 @@ def read_batch_at(data: pa.Buffer, position: int, schema: pa.Schema, verify: boo
     With ``verify`` the CRC is checked and the offsets are compared with the header. Raises
     :class:`CorruptRecord` for anything torn, corrupt or not a record batch.
     """
-    reader = pa.BufferReader(data)
-    try:
-        reader.seek(position)
-        message = ipc.read_message(reader)
-        if message.type != "record batch":
-            raise CorruptRecord(f"expected a record batch at position {position}, found {message.type}")
-        header, crc, crc_at = read_header(message.metadata)
-        if verify and _stored_crc(data, position, reader.tell(), position + _PREFIX_BYTES + crc_at) != crc:
-            raise CorruptRecord(f"checksum mismatch in the batch at position {position}")
-        batch = ipc.read_record_batch(message, schema)
-    except (pa.ArrowException, OSError, EOFError, ValueError) as exc:
-        raise CorruptRecord(f"unreadable batch at position {position}: {exc}") from exc
+    message, header, crc, crc_at, end = _message_at(data, position)
+    if verify and _stored_crc(data, position, end, position + _PREFIX_BYTES + crc_at) != crc:
+        raise CorruptRecord(f"checksum mismatch in the batch at position {position}")
+    batch = decode_message(message, schema, position)
     if verify:
         offsets = batch.column(0)
         if (
@@ -291,7 +283,22 @@ def read_batch_at(data: pa.Buffer, position: int, schema: pa.Schema, verify: boo
             or offsets[-1].as_py() != header.last_offset
         ):
             raise CorruptRecord(f"batch at position {position} disagrees with its header")
-    return StoredBatch(position, reader.tell(), header, batch)
+    return StoredBatch(position, end, header, batch)
+
+
+def _message_at(data: pa.Buffer, position: int) -> tuple[ipc.Message, BatchHeader, int, int, int]:
+    """The batch message at ``position``, its header, stated CRC, the CRC's place in the metadata,
+    and where the message ends. Raises :class:`CorruptRecord` for anything torn or not a batch."""
+    reader = pa.BufferReader(data)
+    try:
+        reader.seek(position)
+        message = ipc.read_message(reader)
+        if message.type != "record batch":
+            raise CorruptRecord(f"expected a record batch at position {position}, found {message.type}")
+        header, crc, crc_at = read_header(message.metadata)
+    except (pa.ArrowException, OSError, EOFError, ValueError) as exc:
+        raise CorruptRecord(f"unreadable batch at position {position}: {exc}") from exc
+    return message, header, crc, crc_at, reader.tell()
 
 
 def read_schema(data: pa.Buffer) -> tuple[pa.Schema, int]:
@@ -333,16 +340,8 @@ def iter_segment(path: str) -> Iterator[tuple[pa.RecordBatch, BatchHeader]]:
 def read_message_at(data: pa.Buffer, position: int) -> tuple[ipc.Message, BatchHeader, int]:
     """The batch message at ``position`` of a segment's bytes, its header and where it ends,
     without decoding (or decompressing) the batch. Raises :class:`CorruptRecord` if unreadable."""
-    reader = pa.BufferReader(data)
-    try:
-        reader.seek(position)
-        message = ipc.read_message(reader)
-    except (pa.ArrowException, OSError, EOFError) as exc:
-        raise CorruptRecord(f"unreadable batch at position {position}: {exc}") from exc
-    if message.type != "record batch":
-        raise CorruptRecord(f"expected a record batch at position {position}, found {message.type}")
-    header, _, _ = read_header(message.metadata)
-    return message, header, reader.tell()
+    message, header, _, _, end = _message_at(data, position)
+    return message, header, end
 
 
 def decode_message(message: ipc.Message, schema: pa.Schema, position: int) -> pa.RecordBatch:
