@@ -39,7 +39,22 @@ def _set_state(zk: str, sink: str, state: dict) -> None:
         meta.zk.set(f"{meta.layout.root}/sinks/{sink}", json.dumps(state).encode())
 
 
-def test_republishing_a_published_batch_stores_nothing_twice(spark_cluster):
+@pytest.fixture(params=["broker", "relay"])
+def publish_via(request, monkeypatch):
+    """Publish on the broker (``copy_records``; the relay made to fail, so it is not used) or
+    through this process (the relay, as when staging and target partitions have different leaders)."""
+    if request.param == "broker":
+
+        def no_relay(*_args, **_kwargs):
+            raise AssertionError("the slices were relayed, not copied on the broker")
+
+        monkeypatch.setattr(publish._Publisher, "_relay", no_relay)
+    else:
+        monkeypatch.setattr(publish, "BROKER_COPY", False)
+    return request.param
+
+
+def test_republishing_a_published_batch_stores_nothing_twice(spark_cluster, publish_via):
     zk = spark_cluster.zookeeper
     topic = create_topic(zk, 1, prefix="pub")
     sink = f"sink-{topic}"
@@ -91,3 +106,37 @@ def test_a_second_writer_of_the_same_sink_is_refused(spark_cluster):
     publish.publish_batch(options, sink, 1, [_stage(options, 0, 3)], forget=True)
     assert len(read_topic(zk, topic)) == 3
     assert publish.read_state(client, sink) == (None, None)
+
+
+def test_a_failed_broker_copy_leaves_the_rest_to_the_relay(spark_cluster, monkeypatch):
+    """The broker copies the first actions' slices; then one fails (here: a name the broker does
+    not know, as an older broker would answer): the relay publishes the rest, each row once, in order."""
+    zk = spark_cluster.zookeeper
+    topic = create_topic(zk, 1, prefix="pub")
+    options = parse_write_options({"zookeeper": zk, "topic": topic, "batchRecords": "10"})
+    message = _stage(options, 0, 100)
+    monkeypatch.setattr(publish, "COPY_SLICES", 3)
+    actions: list[str] = []
+    real_action = publish.flight.Action
+
+    def action(name, body):
+        if name == publish.wire.COPY_RECORDS:
+            actions.append(name)
+            name = name if len(actions) <= 2 else "no_such_action"
+        return real_action(name, body)
+
+    monkeypatch.setattr(publish.flight, "Action", action)
+    relayed: list[int] = []
+    real_relay = publish._Publisher._relay
+
+    def relay(self, staging, stage_partition, wanted):
+        relayed.extend(first for first, *_ in wanted)
+        return real_relay(self, staging, stage_partition, wanted)
+
+    monkeypatch.setattr(publish._Publisher, "_relay", relay)
+    publish.publish_batch(options, f"sink-{topic}", 0, [message], forget=False)
+    assert actions == [publish.wire.COPY_RECORDS] * 3
+    staged_firsts = sorted(first for _t, _p, _sp, first, _l, _s in message.slices)
+    assert relayed == staged_firsts[6:]  # 2 actions of 3 slices on the broker, the other 4 slices relayed
+    assert [r["value"] for r in read_topic(zk, topic)] == [f"r{i}".encode() for i in range(100)]
+    assert _state(zk, f"sink-{topic}")["next_seq"] == {topic: {"0/0": 100}}

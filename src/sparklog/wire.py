@@ -19,7 +19,11 @@
 - **Actions** (``do_action``, JSON body, JSON result): ``list_offsets`` ``{"topic", "partition",
   "timestamp"?}`` -> ``{"log_start_offset", "log_end_offset", "high_watermark", "leader_epoch",
   "offset_for_time"}``; ``offsets_for_leader_epoch`` ``{"topic", "partition", "epoch"}`` ->
-  ``{"epoch", "end_offset", "log_start_offset"}``; ``ping`` -> ``{"broker_id"}``.
+  ``{"epoch", "end_offset", "log_start_offset"}``; ``ping`` -> ``{"broker_id"}``;
+  ``copy_records`` ``{"topic", "partition", "acks", "slices": [{"first", "last", "topic", "partition",
+  "producer_id", "sequence", "schema_version"?}, ...]}`` -> ``{"results": [{"base_offset",
+  "last_offset", "count"}, ...]}`` copies source offset ranges to partitions the same broker leads
+  (:mod:`sparklog.broker.record_copy`).
 - **Errors**: a broker raises ``FlightServerError("sparklog:<CODE>:<message>")``; the client turns
   it back into the typed error of :mod:`sparklog.errors` with :func:`raise_from_flight`.
 """
@@ -41,6 +45,7 @@ PRODUCE = "produce"
 LIST_OFFSETS = "list_offsets"
 OFFSETS_FOR_LEADER_EPOCH = "offsets_for_leader_epoch"
 PING = "ping"
+COPY_RECORDS = "copy_records"
 
 
 # gRPC waits up to 120 s between reconnection attempts to a peer that went away; a broker that

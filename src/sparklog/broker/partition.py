@@ -98,8 +98,11 @@ class Partition:
 
     # ----------------------------------------------------------------- leader: produce
     def append_as_leader(
-        self, batch: pa.RecordBatch, acks: str, producer_id: int, sequence: int, min_isr: int
+        self, batch: pa.RecordBatch, acks: str, producer_id: int, sequence: int, min_isr: int, wait: bool = True
     ) -> AppendInfo:
+        """Append as the leader; with ``acks=all`` refused below ``min_isr`` in-sync replicas, and
+        (unless not ``wait``: the caller then calls :meth:`await_high_watermark`) returns once the
+        high watermark covers the batch."""
         state = self._require_leader()
         if acks == "all" and len(state.isr) < min_isr:
             raise NotEnoughReplicas(
@@ -110,11 +113,12 @@ class Partition:
         with self.changed:
             self._advance_hw()
             self.changed.notify_all()
-        if acks == "all":
-            self._await_hw(info.last_offset + 1, min_isr)
+        if acks == "all" and wait:
+            self.await_high_watermark(info.last_offset + 1, min_isr)
         return info
 
-    def _await_hw(self, offset: int, min_isr: int) -> None:
+    def await_high_watermark(self, offset: int, min_isr: int) -> None:
+        """Wait until the high watermark reaches ``offset`` (NotLeader, NotEnoughReplicas if it cannot)."""
         deadline = time.monotonic() + ACK_TIMEOUT_S
         with self.changed:
             while self.high_watermark < offset:

@@ -18,6 +18,7 @@ import pyarrow.flight as flight
 
 from sparklog import fetch_columns, wire
 from sparklog.broker.log.batch_codec import BatchHeader
+from sparklog.broker.record_copy import copy_records
 from sparklog.broker.typed_values import ConsumerView, conform_produced
 from sparklog.errors import InvalidRecord, InvalidRequest, NotLeader, SparklogError
 
@@ -230,6 +231,10 @@ class BrokerServer(flight.FlightServerBase):
                 result = self._list_offsets(request)
             elif action.type == wire.OFFSETS_FOR_LEADER_EPOCH:
                 result = self._offsets_for_leader_epoch(request)
+            elif action.type == wire.COPY_RECORDS:
+                if self.stopping:
+                    raise NotLeader(f"broker {self.broker.broker_id} is shutting down")
+                result = copy_records(self.broker, request)
             else:
                 raise InvalidRequest(f"unknown action {action.type!r}")
         except SparklogError as exc:
@@ -241,6 +246,7 @@ class BrokerServer(flight.FlightServerBase):
             (wire.PING, "broker id"),
             (wire.LIST_OFFSETS, "log start/end offsets, high watermark, offset for a time"),
             (wire.OFFSETS_FOR_LEADER_EPOCH, "where an epoch ends in the leader's log (follower truncation)"),
+            (wire.COPY_RECORDS, "copy offset ranges to partitions this broker leads (idempotent)"),
         ]
 
     def _list_offsets(self, request: dict[str, Any]) -> dict[str, Any]:

@@ -36,8 +36,10 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.flight as flight
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 
+from sparklog import wire
 from sparklog.datasource import connections
 from sparklog.datasource.options import WriteOptions
 from sparklog.errors import DuplicateSequence, OffsetOutOfRange, SparklogError
@@ -49,6 +51,9 @@ if TYPE_CHECKING:
 log = logging.getLogger("sparklog.datasource")
 
 PUBLISH_TIMEOUT_S = 120.0
+COPY_SLICES = 64  # slices per copy_records action
+BROKER_COPY = True  # False: every slice through this process (tests of the relay path)
+Wanted = tuple[int, int, tuple[str, int], int]  # a slice: first, last staged offset, target, first sequence
 _ZLIB = b"zlib:"
 
 
@@ -251,7 +256,7 @@ class _Publisher:
         self.versions = versions
         self.next_seq = {t: dict(seqs) for t, seqs in next_seq.items()}
         # (staging topic, staging partition) -> slices (first, last, target, first sequence)
-        self.wanted: dict[tuple[str, int], list[tuple[int, int, tuple[str, int], int]]] = {}
+        self.wanted: dict[tuple[str, int], list[Wanted]] = {}
         self.rows: dict[tuple[str, int], int] = {}
         self.span: dict[tuple[str, int], tuple[int, int]] = {}
         self._lock = threading.Lock()
@@ -295,7 +300,75 @@ class _Publisher:
                     first, end = self.span.get(target, (base, last))
                     self.span[target] = (min(first, base), max(end, last))
 
-    def _copy(self, staging: str, stage_partition: int, wanted: list[tuple[int, int, tuple[str, int], int]]) -> None:
+    def _copy(self, staging: str, stage_partition: int, wanted: list[Wanted]) -> None:
+        """Publish one staging partition's slices: those whose target partition has the same leader
+        on the broker (``copy_records``), the others (and whatever a failed copy left) relayed."""
+        local: list[Wanted] = []
+        relayed: list[Wanted] = []
+        for item in wanted:
+            (local if BROKER_COPY and self._same_leader((staging, stage_partition), item[2]) else relayed).append(item)
+        left = self._copy_on_broker(staging, stage_partition, local)
+        if left or relayed:
+            self._relay(staging, stage_partition, sorted(relayed + left))
+
+    def _same_leader(self, source: tuple[str, int], target: tuple[str, int]) -> bool:
+        try:
+            return self.client.leader(*source).broker_id == self.client.leader(*target).broker_id
+        except SparklogError:
+            return False
+
+    def _copy_on_broker(self, staging: str, stage_partition: int, slices: list[Wanted]) -> list[Wanted]:
+        """Have the staging partition's leader copy ``slices`` to their targets, which it also
+        leads (:mod:`sparklog.broker.record_copy`), in actions of up to ``COPY_SLICES``; the rows
+        never come to this process. Returns the slices not copied when an action failed (a leader
+        moved, a broker without the action): the caller relays them, and the idempotent producer
+        state recognises any of them the failed action had stored."""
+        typed = self._typed(staging)
+        version = None if typed is None else self.versions[typed]
+        mid_crash = self.options.test_crash_commit is not None and self.options.test_crash_commit[1] == "mid"
+        size = 1 if mid_crash else COPY_SLICES
+        call = flight.FlightCallOptions(timeout=PUBLISH_TIMEOUT_S)
+        for i in range(0, len(slices), size):
+            chunk = slices[i : i + size]
+            body = {
+                "topic": staging,
+                "partition": stage_partition,
+                "acks": "all",
+                "slices": [
+                    {
+                        "first": first,
+                        "last": last,
+                        "topic": topic,
+                        "partition": partition,
+                        "producer_id": producer_id(self.sink_id, topic, partition, stage_partition, typed),
+                        "sequence": sequence,
+                        "schema_version": version,
+                    }
+                    for first, last, (topic, partition), sequence in chunk
+                ],
+            }
+            try:
+                broker = self.client.leader(staging, stage_partition)
+                action = flight.Action(wire.COPY_RECORDS, wire.encode(body))
+                answer = wire.decode(next(iter(self.client.flight(broker).do_action(action, call))).body)
+                results = answer["results"]
+            except Exception as exc:  # noqa: BLE001 - any failure: the relay takes the rest
+                error = connections.typed(exc, f"{staging}-{stage_partition}")
+                log.info("sparklog sink %s: relaying %s-%s (%s)", self.sink_id, staging, stage_partition, error)
+                return slices[i:]
+            self._record(
+                [
+                    (target, int(r["base_offset"]), int(r["last_offset"]), int(r["count"]))
+                    for (_f, _l, target, _s), r in zip(chunk, results, strict=True)
+                ]
+            )
+            if mid_crash:
+                _crash_point(self.options, "mid")  # test only: die with exactly one slice published
+        return []
+
+    def _relay(self, staging: str, stage_partition: int, wanted: list[Wanted]) -> None:
+        """Publish slices through this process: read from the staging partition, sent on an
+        idempotent produce stream per target."""
         streams: dict[tuple[str, int], connections.PutStream] = {}
         typed = self._typed(staging)
 
@@ -331,7 +404,7 @@ class _Publisher:
                 stream.close()
 
     def _staged_slices(
-        self, staging: str, stage_partition: int, wanted: list[tuple[int, int, tuple[str, int], int]]
+        self, staging: str, stage_partition: int, wanted: list[Wanted]
     ) -> Iterator[tuple[tuple[str, int], pa.RecordBatch, int]]:
         """Stream the staging partition over the wanted slices' span; each slice whole, in order."""
         w = 0

@@ -1,0 +1,144 @@
+"""Copying records from one partition to others that the same broker leads (the ``copy_records``
+action; the Spark sink publishes its staged slices with it, see
+:mod:`sparklog.datasource.publish`).
+
+Each slice names an offset range of the source partition (below its high watermark) and the target
+partition it goes to, with the idempotent producer id and first sequence number the client would
+have sent it with. The broker reads the range from its own log (memory-mapped, never sent to a
+client and back) and appends it to the target as one batch, exactly as a produce with that producer
+id and sequence would: a slice the target already stored is answered as a duplicate and not
+appended again, so a retried or repeated copy stores every slice once. A typed target takes the
+values as the ``schema_version`` they were staged in (evolved to its latest version).
+
+With ``acks=all`` the answer waits until every target's high watermark covers its slices (one wait
+per target after all appends, not one per slice).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pyarrow as pa
+
+from sparklog.broker.typed_values import conform_produced
+from sparklog.errors import DuplicateSequence, InvalidRequest, OffsetOutOfRange
+
+if TYPE_CHECKING:
+    from sparklog.broker.broker import Broker
+    from sparklog.broker.partition import Partition
+
+READ_BYTES = 16 << 20
+MAX_SLICES = 1024
+
+
+@dataclasses.dataclass(frozen=True)
+class CopySlice:
+    """Source offsets ``first..last`` (inclusive) to ``topic``-``partition``."""
+
+    first: int
+    last: int
+    topic: str
+    partition: int
+    producer_id: int = -1
+    sequence: int = -1
+    schema_version: int | None = None
+
+    @classmethod
+    def parse(cls, item: Any) -> CopySlice:
+        if not isinstance(item, dict):
+            raise InvalidRequest(f"a copy slice must be an object, got {item!r}")
+        try:
+            made = cls(
+                first=item["first"],
+                last=item["last"],
+                topic=item["topic"],
+                partition=item["partition"],
+                producer_id=item.get("producer_id", -1),
+                sequence=item.get("sequence", -1),
+                schema_version=item.get("schema_version"),
+            )
+        except KeyError as exc:
+            raise InvalidRequest(f"a copy slice needs {exc.args[0]!r}: {item!r}") from None
+        ints = (made.first, made.last, made.partition, made.producer_id, made.sequence)
+        if not all(isinstance(v, int) and not isinstance(v, bool) for v in ints) or not isinstance(made.topic, str):
+            raise InvalidRequest(f"a copy slice has a field of the wrong type: {item!r}")
+        if made.schema_version is not None and not isinstance(made.schema_version, int):
+            raise InvalidRequest(f"'schema_version' must be an integer, got {made.schema_version!r}")
+        if made.first < 0 or made.last < made.first:
+            raise InvalidRequest(f"a copy slice needs 0 <= first <= last, got {made.first}..{made.last}")
+        return made
+
+
+def read_range(source: Partition, first: int, last: int) -> pa.RecordBatch:
+    """The source's records ``first..last`` as one batch of the produce layout (no offsets), all
+    of them below the high watermark (OffsetOutOfRange otherwise: a gap, or not yet committed)."""
+    plog = source.log
+    hw = source.high_watermark
+    if last >= hw:
+        raise OffsetOutOfRange(
+            f"{source.topic}-{source.partition} offsets {first}..{last} are not all below its high watermark {hw}"
+        )
+    pieces: list[pa.RecordBatch] = []
+    offset = first
+    while offset <= last:
+        stored = plog.read_stored(offset, READ_BYTES, upto=last + 1)
+        if not stored:
+            break
+        for batch, _header in stored:
+            column = batch.column(0)
+            offsets = np.frombuffer(column.buffers()[1], dtype=np.int64, count=len(column), offset=column.offset * 8)
+            lo = int(np.searchsorted(offsets, offset))
+            hi = int(np.searchsorted(offsets, last + 1))
+            if hi > lo:
+                pieces.append(batch.slice(lo, hi - lo))
+            offset = max(offset, int(offsets[-1]) + 1)
+    rows = sum(p.num_rows for p in pieces)
+    if rows != last - first + 1:
+        raise OffsetOutOfRange(
+            f"{source.topic}-{source.partition} holds {rows} of the offsets {first}..{last} (compacted or deleted)"
+        )
+    data = pieces[0] if len(pieces) == 1 else pa.concat_batches(pieces)
+    return data.drop_columns(["offset"]).replace_schema_metadata(None)
+
+
+def copy_records(broker: Broker, request: dict[str, Any]) -> dict[str, Any]:
+    """Run one ``copy_records`` request (see the module docs); the result per slice, in order:
+    ``{"base_offset", "last_offset", "count"}``, offsets -1 for a slice stored before."""
+    source_topic, source_p = request.get("topic"), request.get("partition")
+    if not isinstance(source_topic, str) or not isinstance(source_p, int):
+        raise InvalidRequest(
+            f"copy_records needs the source 'topic' and 'partition', got {source_topic!r}, {source_p!r}"
+        )
+    acks = str(request.get("acks", "all"))
+    if acks not in ("1", "all"):
+        raise InvalidRequest(f"copy_records acks must be 1 or all, got {acks!r}")
+    items = request.get("slices")
+    if not isinstance(items, list) or not items or len(items) > MAX_SLICES:
+        raise InvalidRequest(f"copy_records needs a list of 1 to {MAX_SLICES} 'slices'")
+    slices = [CopySlice.parse(item) for item in items]
+    source = broker.leader_partition(source_topic, source_p)
+    targets = {(s.topic, s.partition): broker.leader_partition(s.topic, s.partition, for_write=True) for s in slices}
+    results: list[dict[str, int]] = []
+    ends: dict[tuple[str, int], int] = {}
+    for piece in slices:
+        target = targets[(piece.topic, piece.partition)]
+        data = read_range(source, piece.first, piece.last)
+        value_schemas = broker.value_schemas.get(piece.topic)
+        if value_schemas:
+            data = conform_produced(data, value_schemas, piece.schema_version)
+        min_isr = target.log.config.min_insync_replicas
+        try:
+            info = target.append_as_leader(data, acks, piece.producer_id, piece.sequence, min_isr, wait=False)
+        except DuplicateSequence:
+            results.append({"base_offset": -1, "last_offset": -1, "count": data.num_rows})
+            continue
+        results.append({"base_offset": info.base_offset, "last_offset": info.last_offset, "count": info.count})
+        key = (piece.topic, piece.partition)
+        ends[key] = max(ends.get(key, 0), info.last_offset + 1)
+    if acks == "all":
+        for key, end in ends.items():
+            target = targets[key]
+            target.await_high_watermark(end, target.log.config.min_insync_replicas)
+    return {"results": results}
