@@ -37,3 +37,14 @@ def test_spark_read_with_fields_reads_every_row_both_ways(spark: object) -> None
     # the scenario itself asserts that each query read every row of the topic
     assert result["records"] == 40_000 and result["fields"] == "f0,f1"
     assert result["records_per_s"] > 0 and result["all_columns_records_per_s"] > 0
+
+
+@pytest.mark.slow
+def test_spark_read_from_memory_and_spark_write_from_files(spark: object) -> None:
+    from sparklog.bench import spark_scenarios
+
+    ceiling = spark_scenarios.spark_read(records=30_000, batch_records=4_000, partitions=2, repeat=1, source="memory")
+    assert ceiling["source"] == "memory" and ceiling["records"] == 30_000  # the query counted every row
+    written = spark_scenarios.spark_write(records=30_000, batch_records=5_000, partitions=2, source="files")
+    # the scenario checks that the target topic holds exactly the rows of the files
+    assert written["source"] == "files" and written["records"] == 30_000

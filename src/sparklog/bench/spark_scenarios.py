@@ -5,10 +5,15 @@ source, against a local cluster (embedded ZooKeeper + one broker process) on thi
   ``partitions`` partitions; a ``Trigger.AvailableNow`` query reads them all into Spark's ``noop``
   sink. Timed from ``start()`` to the end of the query (query start and stop included, as a user
   sees it), best of ``repeat`` runs after a small warm-up query.
-* ``spark_write``: the same topic is copied by a streaming query (``availableNow`` read of the
-  source, ``writeStream.format("sparklog")`` into a second topic): every row goes through the
-  exactly-once sink (staged, then published). Timed from ``start()`` to the end; the target topic
-  is checked to hold exactly ``records`` rows.
+  With ``source="memory"`` the same query reads :mod:`sparklog.bench.memory_source` instead (no
+  cluster): batches of the same schema and shape from memory, what Spark itself can take from any
+  Python data source on this machine.
+* ``spark_write``: a streaming query writes ``records`` rows with ``writeStream.format("sparklog")``
+  into a topic: every row goes through the exactly-once sink (staged, then published). The query
+  reads (``availableNow``) another sparklog topic (``source="topic"``, a copy: Spark's read and
+  write conversions both count) or Parquet files written beforehand (``source="files"``: Spark's
+  vectorised Parquet reader, so the figure is mostly the sink's). Timed from ``start()`` to the
+  end; the target topic is checked to hold exactly ``records`` rows.
 
 Spark runs ``local[cores]`` (default 2) in this process; its Python workers use this interpreter.
 """
@@ -63,6 +68,16 @@ def _fill(zookeeper: str, topic: str, records: int, value_bytes: int, partitions
     return batches * batch_records
 
 
+def _parquet(spark: Any, path: str, records: int, value_bytes: int, files: int) -> int:
+    """``records`` rows of one column ``value`` (distinct binary values of ``value_bytes``) written
+    as Parquet files (not timed)."""
+    from pyspark.sql import functions as F
+
+    value = F.expr(f"cast(lpad(cast(id as string), {value_bytes}, 'x') as binary)").alias("value")
+    spark.range(records, numPartitions=files).select(value).write.parquet(path)
+    return records
+
+
 def _run(query: Any) -> float:
     start = time.perf_counter()
     query.awaitTermination()
@@ -72,13 +87,23 @@ def _run(query: Any) -> float:
     return took
 
 
-def _read_query(spark: Any, zookeeper: str, topic: str, checkpoint: str, fields: str | None = None) -> Any:
-    reader = (
-        spark.readStream.format("sparklog")
-        .option("zookeeper", zookeeper)
-        .option("subscribe", topic)
-        .option("startingOffsets", "earliest")
-    )
+def _read_query(
+    spark: Any, zookeeper: str, topic: str, checkpoint: str, fields: str | None = None, memory: dict | None = None
+) -> Any:
+    """An availableNow query from a sparklog topic (or, with ``memory`` options, from
+    :mod:`sparklog.bench.memory_source`) into the noop sink."""
+    if memory is not None:
+        from sparklog.bench.memory_source import NAME, MemorySource
+
+        spark.dataSource.register(MemorySource)
+        reader = spark.readStream.format(NAME).options(**{k: str(v) for k, v in memory.items()})
+    else:
+        reader = (
+            spark.readStream.format("sparklog")
+            .option("zookeeper", zookeeper)
+            .option("subscribe", topic)
+            .option("startingOffsets", "earliest")
+        )
     if fields is not None:
         reader = reader.option("fields", fields)
     return (
@@ -98,14 +123,21 @@ def spark_read(
     repeat: int = 3,
     cores: int = 2,
     fields: str | None = None,
+    source: str = "topic",
     **_: Any,
 ) -> dict[str, Any]:
     """Streaming (availableNow) read of ``records`` records into the noop sink. With ``fields``:
-    :func:`spark_read_fields` instead."""
+    :func:`spark_read_fields` instead; with ``source="memory"``: :func:`spark_read_memory`."""
     from sparklog.datasource import connections
 
+    if source not in ("topic", "memory"):
+        raise ValueError(f"spark-read reads from source 'topic' or 'memory', not {source!r}")
     if fields is not None:
+        if source != "topic":
+            raise ValueError("spark-read --fields reads a sparklog topic: drop --source")
         return spark_read_fields(fields, records, partitions, batch_records, repeat, cores)
+    if source == "memory":
+        return spark_read_memory(records, value_bytes, partitions, batch_records, repeat, cores)
 
     spark, own = _spark(cores)
     times: list[float] = []
@@ -143,6 +175,46 @@ def spark_read(
         "read_records_per_s": round(total / best),
         "records_per_s": round(total / best),
         "mb_per_s": round(total * value_bytes / best / 1e6, 1),
+    }
+
+
+def spark_read_memory(
+    records: int = 10_000_000,
+    value_bytes: int = 100,
+    partitions: int = 6,
+    batch_records: int = 10_000,
+    repeat: int = 3,
+    cores: int = 2,
+) -> dict[str, Any]:
+    """The spark-read query on :mod:`sparklog.bench.memory_source` (same rows, schema, partitions
+    and batch size, no cluster): Spark's own ceiling for a Python source on this machine."""
+    spark, own = _spark(cores)
+    memory = {"rows": records, "partitions": partitions, "batchRows": batch_records, "valueBytes": value_bytes}
+    times: list[float] = []
+    with tempfile.TemporaryDirectory(prefix="sparklog-bench-") as tmp:
+        try:
+            _run(_read_query(spark, "", "", os.path.join(tmp, "ckpt-warmup"), memory={**memory, "rows": 200_000}))
+            for i in range(repeat):
+                query = _read_query(spark, "", "", os.path.join(tmp, f"ckpt-{i}"), memory=memory)
+                times.append(_run(query))
+                rows = sum(p["numInputRows"] for p in query.recentProgress)
+                if rows != records:
+                    raise AssertionError(f"the query read {rows} rows of {records}")
+        finally:
+            if own:
+                spark.stop()
+    best = min(times)
+    return {
+        "scenario": "spark-read",
+        "source": "memory",
+        "records": records,
+        "value_bytes": value_bytes,
+        "partitions": partitions,
+        "cores": cores,
+        "seconds": round(best, 3),
+        "seconds_all": [round(t, 3) for t in times],
+        "rows_per_s": round(records / best),
+        "records_per_s": round(records / best),
     }
 
 
@@ -210,11 +282,15 @@ def spark_write(
     batch_records: int = 10_000,
     repeat: int = 1,
     cores: int = 2,
+    source: str = "topic",
     **_: Any,
 ) -> dict[str, Any]:
-    """Streaming copy of ``records`` rows from one topic to another through the exactly-once sink."""
+    """Streaming write of ``records`` rows through the exactly-once sink, read from another topic
+    (``source="topic"``: a copy) or from Parquet files (``source="files"``)."""
     from sparklog.datasource import connections
 
+    if source not in ("topic", "files"):
+        raise ValueError(f"spark-write reads from source 'topic' or 'files', not {source!r}")
     spark, own = _spark(cores)
     times: list[float] = []
     with tempfile.TemporaryDirectory(prefix="sparklog-bench-") as tmp:
@@ -227,18 +303,28 @@ def spark_write(
                 admin.create_topic("warmup-out", partitions, 1)
                 for i in range(repeat):
                     admin.create_topic(f"{TARGET}-{i}", partitions, 1)
-            _fill(zk, "warmup", 20 * batch_records, value_bytes, partitions, batch_records)
-            total = _fill(zk, SOURCE, records, value_bytes, partitions, batch_records)
+            if source == "files":
+                _parquet(spark, os.path.join(tmp, "warmup"), 20 * batch_records, value_bytes, partitions)
+                total = _parquet(spark, os.path.join(tmp, SOURCE), records, value_bytes, partitions)
+            else:
+                _fill(zk, "warmup", 20 * batch_records, value_bytes, partitions, batch_records)
+                total = _fill(zk, SOURCE, records, value_bytes, partitions, batch_records)
 
-            def copy(source: str, target: str, checkpoint: str) -> Any:
+            def copy(name: str, target: str, checkpoint: str) -> Any:
+                if source == "files":
+                    path = os.path.join(tmp, name)
+                    rows = spark.readStream.format("parquet").schema(spark.read.parquet(path).schema).load(path)
+                else:
+                    rows = (
+                        spark.readStream.format("sparklog")
+                        .option("zookeeper", zk)
+                        .option("subscribe", name)
+                        .option("startingOffsets", "earliest")
+                        .load()
+                        .select("value")
+                    )
                 return (
-                    spark.readStream.format("sparklog")
-                    .option("zookeeper", zk)
-                    .option("subscribe", source)
-                    .option("startingOffsets", "earliest")
-                    .load()
-                    .select("value")
-                    .writeStream.format("sparklog")
+                    rows.writeStream.format("sparklog")
                     .option("zookeeper", zk)
                     .option("topic", target)
                     .option("checkpointLocation", checkpoint)
@@ -264,6 +350,7 @@ def spark_write(
     best = min(times)
     return {
         "scenario": "spark-write",
+        "source": source,
         "records": total,
         "value_bytes": value_bytes,
         "partitions": partitions,

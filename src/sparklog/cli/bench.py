@@ -23,6 +23,7 @@ OPTIONS: dict[str, tuple[type, str]] = {
     "rate": (int, "records/s for 'latency'"),
     "seconds": (float, "duration of 'latency'"),
 }
+SOURCES = {"spark-read": ("topic", "memory"), "spark-write": ("topic", "files")}
 
 
 def add_bench(sub: argparse._SubParsersAction) -> None:
@@ -42,6 +43,14 @@ def add_bench(sub: argparse._SubParsersAction) -> None:
         help="consume, consume-fields, spark-read: a typed topic of 20 columns read whole, then as these columns",
     )
     p.add_argument(
+        "--source",
+        choices=["topic", "memory", "files"],
+        default=None,
+        help="spark-read: a sparklog topic (default) or 'memory', the same batches from an in-memory Python "
+        "source (Spark's ceiling for any Python source); spark-write: copy another topic (default) or write "
+        "from Parquet 'files' (the sink alone)",
+    )
+    p.add_argument(
         "--against",
         choices=["kafka"],
         default=None,
@@ -57,13 +66,21 @@ def run_bench(args: argparse.Namespace) -> int:
     from sparklog.bench import SCENARIOS
 
     options = {}
-    for name in [*OPTIONS, "compression", "acks", "fields"]:
+    for name in [*OPTIONS, "compression", "acks", "fields", "source"]:
         value = getattr(args, name.replace("-", "_"))
         if value is None:
             continue
         if isinstance(value, int | float) and value <= 0:
             raise CliError(f"--{name} must be positive")
         options[name.replace("-", "_")] = value
+    source = options.get("source")
+    if source is not None and source not in SOURCES.get(args.scenario, ()):
+        known = SOURCES.get(args.scenario)
+        raise CliError(
+            f"--source {source}: {args.scenario} reads from " + " or ".join(known)
+            if known
+            else f"--source: {args.scenario} has no choice of source (spark-read and spark-write do)"
+        )
     if args.against == "kafka":
         from sparklog.bench import against_kafka
 
@@ -71,6 +88,8 @@ def run_bench(args: argparse.Namespace) -> int:
             raise CliError(
                 f"--against kafka: no Kafka comparison for {args.scenario} (have: {', '.join(against_kafka.SCENARIOS)})"
             )
+        if "source" in options:
+            raise CliError("--against kafka compares topic to topic: drop --source")
         if options.get("compression", "none") != "none":
             raise CliError("--against kafka compares uncompressed records: drop --compression")
         options.pop("compression", None)
