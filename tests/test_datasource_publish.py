@@ -4,6 +4,7 @@ slices are already in the topic (the broker's idempotent producer recognises the
 from __future__ import annotations
 
 import json
+import uuid
 
 import pyarrow as pa
 import pytest
@@ -140,3 +141,52 @@ def test_a_failed_broker_copy_leaves_the_rest_to_the_relay(spark_cluster, monkey
     assert relayed == staged_firsts[6:]  # 2 actions of 3 slices on the broker, the other 4 slices relayed
     assert [r["value"] for r in read_topic(zk, topic)] == [f"r{i}".encode() for i in range(100)]
     assert _state(zk, f"sink-{topic}")["next_seq"] == {topic: {"0/0": 100}}
+
+
+@pytest.fixture(scope="module")
+def three_brokers(zookeeper, tmp_path_factory):
+    from sparklog.local_cluster import LocalCluster
+
+    cluster = LocalCluster(
+        tmp_path_factory.mktemp("publish-3"),
+        brokers=3,
+        zookeeper=f"{zookeeper.connect_string}/pub3-{uuid.uuid4().hex[:8]}",
+    )
+    cluster.start()
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+def test_tasks_stage_next_to_each_target_leader_so_brokers_publish(three_brokers, monkeypatch):
+    """Three brokers, a target partition led by each: every task stages a target partition's rows
+    in a staging partition with the same leader, and the brokers copy every slice (the relay is
+    made to fail); the topic then holds each task's rows once, in order per partition."""
+    zk = three_brokers.zookeeper
+    topic = create_topic(zk, 3, prefix="pub3")
+    options = parse_write_options({"zookeeper": zk, "topic": topic, "batchRecords": "50"})
+    messages = []
+    for task in range(3):
+        stager = Stager(options, task_partition=task, attempt=0)
+        values = [f"t{task}-{i}".encode() for i in range(300)]
+        stager.add(pa.record_batch({"value": values, "partition": pa.array([i % 3 for i in range(300)], pa.int32())}))
+        messages.append(stager.finish("query-3", 0))
+    client = publish.connections.cluster_client(zk)
+    leaders = {p: client.leader(topic, p).broker_id for p in range(3)}
+    assert sorted(leaders.values()) == [1, 2, 3]
+    for message in messages:
+        for _topic, partition, stage_partition, *_ in message.slices:
+            assert client.leader(options.staging_topic, stage_partition).broker_id == leaders[partition]
+
+    def no_relay(*_args, **_kwargs):
+        raise AssertionError("a slice was relayed, not copied on its broker")
+
+    monkeypatch.setattr(publish._Publisher, "_relay", no_relay)
+    publish.publish_batch(options, f"sink-{topic}", 0, messages, forget=False)
+    rows = read_topic(zk, topic)
+    assert len(rows) == 900
+    for p in range(3):
+        for task in range(3):
+            got = [r["value"] for r in rows if r["partition"] == p and r["value"].startswith(f"t{task}-".encode())]
+            assert got == [f"t{task}-{i}".encode() for i in range(p, 300, 3)]

@@ -14,10 +14,12 @@ checkpoint (Spark's Kafka sink is only at-least-once). How:
 
 1. *Stage* (tasks, :class:`Stager`): each task appends its rows, grouped by target partition in
    slices of ``batchRecords`` rows, to a staging topic (``stagingTopic``, default
-   ``__sparklog_staging``, created on first use with ``retention.ms`` of one hour); its commit message
-   lists where each slice landed (staging topic, partition and exact offsets) and which partition it
-   is for. Nothing is visible in the target topic yet. A failed or duplicate task attempt leaves only
-   unreferenced staged rows, which Spark never hands to the commit, and retention deletes.
+   ``__sparklog_staging``, created on first use with ``retention.ms`` of one hour), in a staging
+   partition led by the same broker as the slice's target partition where there is one; its commit
+   message lists where each slice landed (staging topic, partition and exact offsets) and which
+   partition it is for. Nothing is visible in the target topic yet. A failed or duplicate task
+   attempt leaves only unreferenced staged rows, which Spark never hands to the commit, and
+   retention deletes.
 
    *Typed topics* stage their values already checked and converted (columnar, see
    :func:`sparklog.datasource.typed.sink_values`: a row that does not fit the schema fails the task,
@@ -33,11 +35,13 @@ checkpoint (Spark's Kafka sink is only at-least-once). How:
    sequence numbers start) is stored in ZooKeeper at ``<root>/sinks/<query id>``; then every slice
    is copied from the staging topic to its partition through the broker's idempotent producer: the
    producer id is derived from (query id, topic, partition, staging partition, and the staging topic
-   when it is a typed one) and each slice
-   carries the sequence number the intent implies. The leader recognises a slice it already stored
-   (a retry after a lost acknowledgement, a leader change, or a crash of the whole commit) and does
-   not append it again. Finally the znode records the batch as published, with the next sequence
-   numbers.
+   when it is a typed one) and each slice carries the sequence number the intent implies. When the
+   staging partition and the target have the same leader, that broker copies the slices itself
+   (the ``copy_records`` action, :mod:`sparklog.broker.record_copy`: the rows do not travel to the
+   driver and back); otherwise the driver relays them. Either way the leader recognises a slice it
+   already stored (a retry after a lost acknowledgement, a leader change, or a crash of the whole
+   commit) and does not append it again. Finally the znode records the batch as published, with
+   the next sequence numbers.
 3. *Re-runs*: a batch whose znode says published is skipped (after a restart Spark re-runs the
    last batch when it had not recorded its commit itself); a batch found half-published is finished
    from the stored intent (the original staged rows, not the re-run's) with the same sequence
@@ -50,8 +54,8 @@ exactly-once across its task retries). Finishing a half-published batch needs it
 (kept an hour by default: restart within that, or raise the staging topic's ``retention.ms``) and
 the partitions' latest batches from this query (the broker recognises repeats by the producer state
 it rebuilds from its log; if retention deleted them before the restart, the repeated slices would
-be appended again). Every row is written twice (staging, then its topic), and the publish step runs
-in the driver, so a micro-batch costs one more pass over its data than an at-least-once sink.
+be appended again). Every row is written twice (staging, then its topic): a micro-batch costs one
+more pass over its data on the brokers than an at-least-once sink.
 """
 
 from __future__ import annotations
@@ -91,7 +95,7 @@ from sparklog.client.partitioner import partitions_for_keys
 from sparklog.datasource import connections
 from sparklog.datasource.options import WriteOptions
 from sparklog.datasource.typed import check_sink_value_type, sink_values
-from sparklog.errors import InvalidRecord, InvalidRequest, TopicExists, UnknownTopic
+from sparklog.errors import InvalidRecord, InvalidRequest, SparklogError, TopicExists, UnknownTopic
 from sparklog.records import to_record_batch
 from sparklog.schemas.value_schema import ValueSchema
 
@@ -247,8 +251,11 @@ class Stager:
         self.task_partition = task_partition
         self.attempt = attempt
         self.client = connections.cluster_client(options.zookeeper)
-        self.streams: dict[str, connections.PutStream] = {}  # staging topic -> this task's stream
-        self.stage_partitions: dict[str, int] = {}
+        # (staging topic, staging partition) -> this task's stream to it
+        self.streams: dict[tuple[str, int], connections.PutStream] = {}
+        self.staging_partitions: dict[str, int] = {}  # staging topic -> its partition count
+        self.staging_types: dict[str, tuple[pa.DataType | None, int | None]] = {}  # value type, schema version
+        self.placement: dict[tuple[str, str, int], int] = {}  # (staging, topic, partition) -> staging partition
         self.versions: dict[str, int] = {}  # typed staging topic -> the target's schema version
         # pending rows per (target topic, target partition, staging topic)
         self.pending: dict[tuple[str, int, str], list[pa.RecordBatch]] = {}
@@ -291,32 +298,57 @@ class Stager:
         return to_record_batch(rows, value_type).drop_columns(["offset"])
 
     def _staging(self, topic: str, schema: ValueSchema | None) -> str:
-        """The staging topic for ``topic``'s rows, with this task's stream to it open."""
+        """The staging topic for ``topic``'s rows (created on first use)."""
         name = (
             self.options.staging_topic
             if schema is None
             else typed_staging_topic(self.options.staging_topic, topic, schema)
         )
-        if name not in self.streams:
+        if name not in self.staging_partitions:
             partitions = ensure_staging_topic(self.client, name, schema)
-            stage_partition = self.task_partition % partitions
             version = None
             if schema is not None:
                 staged = self.client.value_schema(name)
                 assert staged is not None and schema.version is not None
                 version = staged.version
                 self.versions[name] = schema.version
-            self.stage_partitions[name] = stage_partition
-            self.streams[name] = connections.PutStream(
+            self.staging_partitions[name] = partitions
+            self.staging_types[name] = (None if schema is None else schema.arrow_type, version)
+        return name
+
+    def _stage_partition(self, staging: str, topic: str, partition: int) -> int:
+        """Where this task stages rows for ``topic``-``partition``: a staging partition with the
+        same leader, so that the publish step copies them on that broker (``copy_records``) instead
+        of through the driver; chosen by the task's number among those, so tasks spread over them.
+        Without one (or while leaders are unknown), the task's own (task number modulo partitions)."""
+        key = (staging, topic, partition)
+        chosen = self.placement.get(key)
+        if chosen is None:
+            partitions = self.staging_partitions[staging]
+            try:
+                leader = self.client.leader(topic, partition).broker_id
+                led = [sp for sp in range(partitions) if self.client.leader(staging, sp).broker_id == leader]
+            except SparklogError:
+                led = []
+            pool = led or list(range(partitions))
+            chosen = self.placement[key] = pool[self.task_partition % len(pool)]
+        return chosen
+
+    def _stream(self, staging: str, stage_partition: int) -> connections.PutStream:
+        """This task's stream to a staging partition (opened on first use)."""
+        stream = self.streams.get((staging, stage_partition))
+        if stream is None:
+            value_type, version = self.staging_types[staging]
+            stream = self.streams[(staging, stage_partition)] = connections.PutStream(
                 self.client,
-                name,
+                staging,
                 stage_partition,
                 acks="all",
                 window=8,
-                value_type=None if schema is None else schema.arrow_type,
+                value_type=value_type,
                 schema_version=version,
             )
-        return name
+        return stream
 
     def _topics(self, column: pa.Array | None, n: int) -> list[tuple[str, np.ndarray | None]]:
         default = self.options.topic
@@ -384,14 +416,16 @@ class Stager:
             self.pending_rows[target] = rest.num_rows
 
     def _stage(self, target: tuple[str, int, str], piece: pa.RecordBatch) -> None:
-        for ack in self.streams[target[2]].submit(piece, tag=target):
+        topic, partition, staging = target
+        stage_partition = self._stage_partition(staging, topic, partition)
+        for ack in self._stream(staging, stage_partition).submit(piece, tag=(*target, stage_partition)):
             self._staged(*ack)
 
-    def _staged(self, target: tuple[str, int, str], base: int, last: int, rows: int) -> None:
+    def _staged(self, tag: tuple[str, int, str, int], base: int, last: int, rows: int) -> None:
         if last - base + 1 != rows:
             raise InvalidRecord(f"sparklog staging stored {last - base + 1} rows for a slice of {rows}")
-        topic, partition, staging = target
-        self.slices.append((topic, partition, self.stage_partitions[staging], base, last, staging))
+        topic, partition, staging, stage_partition = tag
+        self.slices.append((topic, partition, stage_partition, base, last, staging))
         _maybe_fail_task(self.options, self.attempt)
 
     def finish(self, query_id: str | None, batch_id: int | None) -> SparklogCommitMessage:
