@@ -278,6 +278,10 @@ def test_errors_are_one_line_without_traceback(chroot: str) -> None:
             (("consume", "t", "--offset", "3"), zk, ("--offset needs --partition",)),
             (("consume", "t", "--from-time", "yesterday"), zk, ("ISO 8601",)),
             (("groups", "reset", "g", "--topic", "t", "--to-time", "noon"), zk, ("ISO 8601",)),
+            # A benchmark option that the scenario would not use (refused before anything starts).
+            (("bench", "produce", "--source", "files"), zk, ("produce has no choice of source",)),
+            (("bench", "spark-read", "--source", "files"), zk, ("spark-read reads from topic or memory",)),
+            (("bench", "spark-write", "--source", "files", "--against", "kafka"), zk, ("drop --source",)),
         ]
     )
 
