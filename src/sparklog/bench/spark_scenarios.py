@@ -78,12 +78,16 @@ def _parquet(spark: Any, path: str, records: int, value_bytes: int, files: int) 
     return records
 
 
-def _run(query: Any) -> float:
+def _run(query: Any, rows: int | None = None) -> float:
+    """Seconds until ``query`` (started just before) ends; with ``rows``, checks it read that many."""
     start = time.perf_counter()
     query.awaitTermination()
     took = time.perf_counter() - start
     if query.exception() is not None:
         raise RuntimeError(f"benchmark query failed: {query.exception()}")
+    read = sum(p["numInputRows"] for p in query.recentProgress)
+    if rows is not None and read != rows:
+        raise AssertionError(f"the query read {read} rows, the source holds {rows}")
     return took
 
 
@@ -152,11 +156,7 @@ def spark_read(
             _run(_read_query(spark, cluster.zookeeper, "warmup", os.path.join(tmp, "ckpt-warmup")))
             for i in range(repeat):
                 query = _read_query(spark, cluster.zookeeper, SOURCE, os.path.join(tmp, f"ckpt-{i}"))
-                took = _run(query)
-                rows = sum(p["numInputRows"] for p in query.recentProgress)
-                if rows != total:
-                    raise AssertionError(f"the query read {rows} rows, the topic holds {total}")
-                times.append(took)
+                times.append(_run(query, total))
         finally:
             connections.close_all()
             cluster.stop()
@@ -196,10 +196,7 @@ def spark_read_memory(
             _run(_read_query(spark, "", "", os.path.join(tmp, "ckpt-warmup"), memory={**memory, "rows": 200_000}))
             for i in range(repeat):
                 query = _read_query(spark, "", "", os.path.join(tmp, f"ckpt-{i}"), memory=memory)
-                times.append(_run(query))
-                rows = sum(p["numInputRows"] for p in query.recentProgress)
-                if rows != records:
-                    raise AssertionError(f"the query read {rows} rows of {records}")
+                times.append(_run(query, records))
         finally:
             if own:
                 spark.stop()
@@ -248,10 +245,7 @@ def spark_read_fields(
                     query = _read_query(
                         spark, cluster.zookeeper, SOURCE, os.path.join(tmp, f"ckpt-{name}-{i}"), projection
                     )
-                    took = _run(query)
-                    rows = sum(p["numInputRows"] for p in query.recentProgress)
-                    if rows != total:
-                        raise AssertionError(f"the query read {rows} rows, the topic holds {total}")
+                    took = _run(query, total)
                     if i:
                         times[name].append(took)
         finally:
