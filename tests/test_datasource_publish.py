@@ -10,6 +10,7 @@ import pyarrow as pa
 import pytest
 
 from spark_helpers import create_topic, read_topic
+from sparklog import Admin
 from sparklog.coordination.cluster import ClusterMetadata
 from sparklog.datasource import publish
 from sparklog.datasource.options import parse_write_options
@@ -160,11 +161,14 @@ def three_brokers(zookeeper, tmp_path_factory):
 
 
 def test_tasks_stage_next_to_each_target_leader_so_brokers_publish(three_brokers, monkeypatch):
-    """Three brokers, a target partition led by each: every task stages a target partition's rows
-    in a staging partition with the same leader, and the brokers copy every slice (the relay is
-    made to fail); the topic then holds each task's rows once, in order per partition."""
+    """Three brokers, a target partition led by each (replicated to all three, acks=all): every
+    task stages a target partition's rows in a staging partition with the same leader, and the
+    brokers copy every slice (the relay is made to fail); the topic then holds each task's rows
+    once, in order per partition."""
     zk = three_brokers.zookeeper
-    topic = create_topic(zk, 3, prefix="pub3")
+    topic = f"pub3-{uuid.uuid4().hex[:8]}"
+    with Admin(zk) as admin:
+        admin.create_topic(topic, 3, 3, {"min.insync.replicas": "2"})
     options = parse_write_options({"zookeeper": zk, "topic": topic, "batchRecords": "50"})
     messages = []
     for task in range(3):
