@@ -177,15 +177,7 @@ def spark() -> Iterator[object]:
 def spark_cluster(zookeeper: EmbeddedZooKeeper, tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
     """A ``LocalCluster`` (one broker process) under its own chroot of the session's ZooKeeper,
     shared by the data source tests (each test uses its own topics); ``.zookeeper`` connects."""
-    from sparklog.local_cluster import LocalCluster
+    from spark_helpers import chrooted_cluster
 
-    cluster = LocalCluster(
-        tmp_path_factory.mktemp("spark-cluster"),
-        brokers=1,
-        zookeeper=f"{zookeeper.connect_string}/spark-{uuid.uuid4().hex[:8]}",
-    )
-    cluster.start()
-    try:
+    with chrooted_cluster(zookeeper.connect_string, tmp_path_factory.mktemp("spark-cluster"), 1, "spark") as cluster:
         yield cluster
-    finally:
-        cluster.stop()

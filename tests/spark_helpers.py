@@ -3,9 +3,11 @@ records, reading a topic back completely, and running ``availableNow`` queries."
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import uuid
 from collections import Counter
+from collections.abc import Iterator
 from typing import Any
 
 import pyarrow as pa
@@ -22,6 +24,20 @@ _names = itertools.count()
 def unique(prefix: str) -> str:
     """A topic/group name no other test uses."""
     return f"{prefix}-{next(_names)}-{uuid.uuid4().hex[:6]}"
+
+
+@contextlib.contextmanager
+def chrooted_cluster(zookeeper_connect: str, data_dir: Any, brokers: int, prefix: str) -> Iterator[Any]:
+    """A started ``LocalCluster`` of ``brokers`` processes under a fresh chroot of the session's
+    ZooKeeper (``.zookeeper`` connects); stopped on exit."""
+    from sparklog.local_cluster import LocalCluster
+
+    cluster = LocalCluster(data_dir, brokers=brokers, zookeeper=f"{zookeeper_connect}/{prefix}-{uuid.uuid4().hex[:8]}")
+    cluster.start()
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
 
 
 def create_topic(zookeeper: str, partitions: int, prefix: str = "t", configs: dict[str, Any] | None = None) -> str:

@@ -9,7 +9,7 @@ import uuid
 import pyarrow as pa
 import pytest
 
-from spark_helpers import create_topic, read_topic
+from spark_helpers import chrooted_cluster, create_topic, read_topic
 from sparklog import Admin
 from sparklog.coordination.cluster import ClusterMetadata
 from sparklog.datasource import publish
@@ -146,18 +146,8 @@ def test_a_failed_broker_copy_leaves_the_rest_to_the_relay(spark_cluster, monkey
 
 @pytest.fixture(scope="module")
 def three_brokers(zookeeper, tmp_path_factory):
-    from sparklog.local_cluster import LocalCluster
-
-    cluster = LocalCluster(
-        tmp_path_factory.mktemp("publish-3"),
-        brokers=3,
-        zookeeper=f"{zookeeper.connect_string}/pub3-{uuid.uuid4().hex[:8]}",
-    )
-    cluster.start()
-    try:
+    with chrooted_cluster(zookeeper.connect_string, tmp_path_factory.mktemp("publish-3"), 3, "pub3") as cluster:
         yield cluster
-    finally:
-        cluster.stop()
 
 
 def test_tasks_stage_next_to_each_target_leader_so_brokers_publish(three_brokers, monkeypatch):

@@ -84,14 +84,23 @@ def int64_column(values: np.ndarray, type_: pa.DataType = pa.int64()) -> pa.Arra
     return pa.Array.from_buffers(type_, len(values), [None, pa.py_buffer(values)])
 
 
+def int64_values(column: pa.Array) -> np.ndarray:
+    """A 64-bit integer or timestamp column without nulls as a numpy view (no copy)."""
+    return np.frombuffer(column.buffers()[1], dtype=np.int64, count=len(column), offset=column.offset * 8)
+
+
+def offsets_of(batch: pa.RecordBatch) -> np.ndarray:
+    """The offsets of a stored (or fetched) record batch: its column 0, as a numpy view."""
+    return int64_values(batch.column(0))
+
+
 def column_max(column: pa.Array) -> int | None:
     """The largest value of a 64-bit integer or timestamp column (nulls ignored), or None if empty."""
     if len(column) == 0 or column.null_count == len(column):
         return None
     if column.null_count:
         return pc.max(column.view(pa.int64())).as_py()
-    values = np.frombuffer(column.buffers()[1], dtype=np.int64, count=len(column), offset=column.offset * 8)
-    return int(values.max())
+    return int(int64_values(column).max())
 
 
 def _as_timestamp(column: pa.Array | None, rows: int, now: int) -> pa.Array:

@@ -130,8 +130,10 @@ def spark_read(
     source: str = "topic",
     **_: Any,
 ) -> dict[str, Any]:
-    """Streaming (availableNow) read of ``records`` records into the noop sink. With ``fields``:
-    :func:`spark_read_fields` instead; with ``source="memory"``: :func:`spark_read_memory`."""
+    """Streaming (availableNow) read of ``records`` records into the noop sink, from a sparklog
+    topic or (``source="memory"``) from :mod:`sparklog.bench.memory_source` with the same rows,
+    schema, partitions and batch size and no cluster: Spark's own ceiling for a Python source. With
+    ``fields``: :func:`spark_read_fields` instead."""
     from sparklog.datasource import connections
 
     if source not in ("topic", "memory"):
@@ -140,31 +142,46 @@ def spark_read(
         if source != "topic":
             raise ValueError("spark-read --fields reads a sparklog topic: drop --source")
         return spark_read_fields(fields, records, partitions, batch_records, repeat, cores)
-    if source == "memory":
-        return spark_read_memory(records, value_bytes, partitions, batch_records, repeat, cores)
 
     spark, own = _spark(cores)
     times: list[float] = []
+    warmup_rows = 20 * batch_records
     with tempfile.TemporaryDirectory(prefix="sparklog-bench-") as tmp:
-        cluster = LocalCluster(os.path.join(tmp, "cluster"), brokers=1).start()
+        cluster = None
         try:
-            with Admin(cluster.zookeeper) as admin:
-                admin.create_topic(SOURCE, partitions, 1)
-                admin.create_topic("warmup", partitions, 1)
-            _fill(cluster.zookeeper, "warmup", 20 * batch_records, value_bytes, partitions, batch_records)
-            total = _fill(cluster.zookeeper, SOURCE, records, value_bytes, partitions, batch_records)
-            _run(_read_query(spark, cluster.zookeeper, "warmup", os.path.join(tmp, "ckpt-warmup")))
+            if source == "memory":
+                memory = {"partitions": partitions, "batchRows": batch_records, "valueBytes": value_bytes}
+                total = records
+
+                def query(warmup: bool, checkpoint: str) -> Any:
+                    rows = warmup_rows if warmup else records
+                    return _read_query(spark, "", "", checkpoint, memory={**memory, "rows": rows})
+
+            else:
+                cluster = LocalCluster(os.path.join(tmp, "cluster"), brokers=1).start()
+                zk = cluster.zookeeper
+                with Admin(zk) as admin:
+                    admin.create_topic(SOURCE, partitions, 1)
+                    admin.create_topic("warmup", partitions, 1)
+                _fill(zk, "warmup", warmup_rows, value_bytes, partitions, batch_records)
+                total = _fill(zk, SOURCE, records, value_bytes, partitions, batch_records)
+
+                def query(warmup: bool, checkpoint: str) -> Any:
+                    return _read_query(spark, zk, "warmup" if warmup else SOURCE, checkpoint)
+
+            _run(query(True, os.path.join(tmp, "ckpt-warmup")))
             for i in range(repeat):
-                query = _read_query(spark, cluster.zookeeper, SOURCE, os.path.join(tmp, f"ckpt-{i}"))
-                times.append(_run(query, total))
+                times.append(_run(query(False, os.path.join(tmp, f"ckpt-{i}")), total))
         finally:
-            connections.close_all()
-            cluster.stop()
+            if cluster is not None:
+                connections.close_all()
+                cluster.stop()
             if own:
                 spark.stop()
     best = min(times)
     return {
         "scenario": "spark-read",
+        "source": source,
         "records": total,
         "value_bytes": value_bytes,
         "partitions": partitions,
@@ -175,43 +192,6 @@ def spark_read(
         "read_records_per_s": round(total / best),
         "records_per_s": round(total / best),
         "mb_per_s": round(total * value_bytes / best / 1e6, 1),
-    }
-
-
-def spark_read_memory(
-    records: int = 10_000_000,
-    value_bytes: int = 100,
-    partitions: int = 6,
-    batch_records: int = 10_000,
-    repeat: int = 3,
-    cores: int = 2,
-) -> dict[str, Any]:
-    """The spark-read query on :mod:`sparklog.bench.memory_source` (same rows, schema, partitions
-    and batch size, no cluster): Spark's own ceiling for a Python source on this machine."""
-    spark, own = _spark(cores)
-    memory = {"rows": records, "partitions": partitions, "batchRows": batch_records, "valueBytes": value_bytes}
-    times: list[float] = []
-    with tempfile.TemporaryDirectory(prefix="sparklog-bench-") as tmp:
-        try:
-            _run(_read_query(spark, "", "", os.path.join(tmp, "ckpt-warmup"), memory={**memory, "rows": 200_000}))
-            for i in range(repeat):
-                query = _read_query(spark, "", "", os.path.join(tmp, f"ckpt-{i}"), memory=memory)
-                times.append(_run(query, records))
-        finally:
-            if own:
-                spark.stop()
-    best = min(times)
-    return {
-        "scenario": "spark-read",
-        "source": "memory",
-        "records": records,
-        "value_bytes": value_bytes,
-        "partitions": partitions,
-        "cores": cores,
-        "seconds": round(best, 3),
-        "seconds_all": [round(t, 3) for t in times],
-        "rows_per_s": round(records / best),
-        "records_per_s": round(records / best),
     }
 
 

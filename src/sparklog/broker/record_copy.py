@@ -24,6 +24,7 @@ import pyarrow as pa
 
 from sparklog.broker.typed_values import conform_produced
 from sparklog.errors import DuplicateSequence, InvalidRequest, OffsetOutOfRange
+from sparklog.records import offsets_of
 
 if TYPE_CHECKING:
     from sparklog.broker.broker import Broker
@@ -87,8 +88,7 @@ def read_range(source: Partition, first: int, last: int) -> pa.RecordBatch:
         if not stored:
             break
         for batch, _header in stored:
-            column = batch.column(0)
-            offsets = np.frombuffer(column.buffers()[1], dtype=np.int64, count=len(column), offset=column.offset * 8)
+            offsets = offsets_of(batch)
             lo = int(np.searchsorted(offsets, offset))
             hi = int(np.searchsorted(offsets, last + 1))
             if hi > lo:

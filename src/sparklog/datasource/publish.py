@@ -43,6 +43,7 @@ from sparklog import wire
 from sparklog.datasource import connections
 from sparklog.datasource.options import WriteOptions
 from sparklog.errors import DuplicateSequence, OffsetOutOfRange, SparklogError
+from sparklog.records import offsets_of
 
 if TYPE_CHECKING:
     from sparklog.client.cluster_client import ClusterClient
@@ -418,10 +419,7 @@ class _Publisher:
                 for stored in connections.fetch(self.options.zookeeper, staging, stage_partition, offset, 16 << 20):
                     if stored.num_rows == 0:
                         continue
-                    column = stored.column(0)
-                    offs = np.frombuffer(
-                        column.buffers()[1], dtype=np.int64, count=len(column), offset=column.offset * 8
-                    )
+                    offs = offsets_of(stored)
                     while w < len(wanted):
                         first, last, target, sequence = wanted[w]
                         if offs[-1] < first:

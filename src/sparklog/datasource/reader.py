@@ -36,6 +36,7 @@ from pyspark.sql.types import (
 from sparklog.datasource import connections, offsets, typed
 from sparklog.datasource.options import ReadOptions, check_batch_read
 from sparklog.errors import InvalidRequest, OffsetOutOfRange, SparklogError
+from sparklog.records import offsets_of
 
 log = logging.getLogger("sparklog.datasource")
 
@@ -170,11 +171,6 @@ class _Converter:
         return pa.RecordBatch.from_arrays(columns, schema=self.schema)
 
 
-def _offsets_of(batch: pa.RecordBatch) -> np.ndarray:
-    column = batch.column(0)
-    return np.frombuffer(column.buffers()[1], dtype=np.int64, count=len(column), offset=column.offset * 8)
-
-
 def _combine(pending: list[pa.RecordBatch]) -> pa.RecordBatch:
     return pending[0] if len(pending) == 1 else pa.concat_batches(pending)
 
@@ -198,7 +194,7 @@ def read_range(part: OffsetRangePartition) -> Iterator[pa.RecordBatch]:
             ):
                 if stored.num_rows == 0:
                     continue
-                offs = _offsets_of(stored)
+                offs = offsets_of(stored)
                 lo = int(np.searchsorted(offs, offset, side="left"))
                 hi = int(np.searchsorted(offs, end, side="left"))
                 if hi > lo:
