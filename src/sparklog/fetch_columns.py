@@ -13,8 +13,9 @@ send, as Arrow's ``null`` type (no buffers at all):
 
 On the wire that saves 8 bytes a record for offsets, 8 for timestamps and 4 (plus a validity bit)
 for each absent key or header list: most of what a projected read of a few typed columns moved.
-The schema of a fetch is fixed when its stream starts, so the broker decides per response, from
-the stored batches it is about to send. The client's :class:`Restorer` gives back batches in the
+The schema of a fetch is fixed when its stream starts, so the broker decides from the stored
+batches of its first response (a following fetch's later responses leave out the same columns, or
+end the stream). The client's :class:`Restorer` gives back batches in the
 usual layout, so nothing downstream of a fetch sees the difference.
 """
 
@@ -76,6 +77,15 @@ class ResponsePlan:
         for name in self.elision.names:
             schema = schema.set(schema.get_field_index(name), pa.field(name, ELIDED))
         return schema
+
+    def within(self, elision: Elision) -> ResponsePlan | None:
+        """This response sent with exactly ``elision`` (an open stream's schema), or None when it
+        must send a column that ``elision`` leaves out."""
+        if self.elision == elision:
+            return self
+        if any(not getattr(self.elision, name) for name in elision.names):
+            return None
+        return ResponsePlan(elision, self.first_offset, self.timestamps if elision.timestamp else ())
 
     def elide(self, batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:
         """``batch`` with the left-out columns as null columns (``schema``: the sent schema)."""

@@ -16,6 +16,8 @@
   A consumer's ``"fields"`` projects a typed value; with ``"compact": true`` the broker may send
   ``offset``, ``key`` and ``headers`` as Arrow ``null`` columns when they carry nothing the client
   cannot rebuild (each message then has ``"base"``, its first offset: :mod:`sparklog.fetch_columns`).
+  A consumer's ``"follow": true`` keeps the stream open after its first response: later appends
+  follow on it until nothing new comes for ``max_wait_ms`` (:mod:`sparklog.broker.fetch_follower`).
 - **Actions** (``do_action``, JSON body, JSON result): ``list_offsets`` ``{"topic", "partition",
   "timestamp"?}`` -> ``{"log_start_offset", "log_end_offset", "high_watermark", "leader_epoch",
   "offset_for_time"}``; ``offsets_for_leader_epoch`` ``{"topic", "partition", "epoch"}`` ->

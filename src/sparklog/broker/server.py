@@ -17,6 +17,7 @@ import pyarrow as pa
 import pyarrow.flight as flight
 
 from sparklog import fetch_columns, wire
+from sparklog.broker.fetch_follower import FetchFollower, next_offset
 from sparklog.broker.log.batch_codec import BatchHeader
 from sparklog.broker.record_copy import copy_records
 from sparklog.broker.typed_values import ConsumerView, conform_produced
@@ -186,12 +187,23 @@ class BrokerServer(flight.FlightServerBase):
                 raise InvalidRequest(f"'fields' needs a typed topic; {topic!r} has no value schema")
             else:
                 schema, convert = plog.schema, None
-            plan = fetch_columns.PLAIN
-            if request.get("compact") is True and replica_id < 0:
-                plan = fetch_columns.plan([batch for batch, _ in stored])
-                schema = plan.sent_schema(schema)
+            compact = request.get("compact") is True and replica_id < 0
+            plan = fetch_columns.plan([batch for batch, _ in stored]) if compact else fetch_columns.PLAIN
+            schema = plan.sent_schema(schema)
+            follower = None
+            if request.get("follow") is True and replica_id < 0 and stored:
+                follower = FetchFollower(
+                    partition,
+                    max_bytes,
+                    max_wait_ms,
+                    plan.elision if compact else None,
+                    value_schemas,
+                    lambda: self.broker.value_schemas.get(topic),
+                    lambda: self.stopping,
+                    context.is_cancelled,
+                )
             return flight.GeneratorStream(
-                schema, self._fetch_stream(partition, stored, schema, convert, replica_id >= 0, plan)
+                schema, self._fetch_stream(partition, stored, schema, convert, replica_id >= 0, plan, follower)
             )
         except SparklogError as exc:
             raise wire.to_flight_error(exc) from None
@@ -204,10 +216,12 @@ class BrokerServer(flight.FlightServerBase):
         convert: Any,
         replica: bool,
         plan: fetch_columns.ResponsePlan,
+        follower: FetchFollower | None,
     ) -> Any:
         """Batches with per-batch metadata: the high watermark and log start (and, for a follower,
         the batch's stored header; for a compact consumer fetch, what rebuilds the columns left
-        out); an empty batch carries them when there is no data."""
+        out); an empty batch carries them when there is no data. With a ``follower``, the later
+        responses of a following fetch come after the first."""
         positions = {"hw": partition.high_watermark, "lso": partition.log.log_start_offset}
         if not stored:
             yield pa.RecordBatch.from_pylist([], schema=schema), pa.py_buffer(wire.encode(positions))
@@ -216,10 +230,15 @@ class BrokerServer(flight.FlightServerBase):
             for batch, header in stored:
                 yield batch, pa.py_buffer(wire.encode({**positions, "h": header.encode(crc=b"00000000")}))
             return
-        shared = pa.py_buffer(wire.encode(positions))  # unless a message needs more, all carry the same
-        sent = _coalesced(plan.elide(convert(b) if convert else b, schema) for b, _ in stored)
-        for batch, extra in plan.messages(sent, [b.num_rows for b, _ in stored]):
-            yield batch, pa.py_buffer(wire.encode({**positions, **extra})) if extra else shared
+        while True:
+            shared = pa.py_buffer(wire.encode(positions))  # unless a message needs more, all carry the same
+            sent = _coalesced(plan.elide(convert(b) if convert else b, schema) for b, _ in stored)
+            for batch, extra in plan.messages(sent, [b.num_rows for b, _ in stored]):
+                yield batch, pa.py_buffer(wire.encode({**positions, **extra})) if extra else shared
+            if follower is None or (more := follower.next_response(next_offset(stored))) is None:
+                return
+            stored, plan = more
+            positions = {"hw": partition.high_watermark, "lso": partition.log.log_start_offset}
 
     # ----------------------------------------------------------------- actions
     def do_action(self, context: flight.ServerCallContext, action: flight.Action) -> Iterator[bytes]:

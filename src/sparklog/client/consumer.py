@@ -8,7 +8,7 @@ positions start from the offsets committed in ZooKeeper. Commits are explicit (`
 
 from __future__ import annotations
 
-import concurrent.futures
+import queue
 import time
 from collections.abc import Iterable, Sequence
 from typing import Any, NamedTuple
@@ -21,7 +21,7 @@ from kazoo.recipe.partitioner import SetPartitioner
 
 from sparklog import fetch_columns, wire
 from sparklog.client.cluster_client import DEFAULT_ZOOKEEPER, ClusterClient, fetch_connection
-from sparklog.coordination.cluster import BrokerInfo
+from sparklog.client.fetch_stream import FetchStream
 from sparklog.errors import InvalidRequest, OffsetOutOfRange
 from sparklog.schemas.codec import encode_avro
 from sparklog.schemas.projection import parse_fields
@@ -85,11 +85,11 @@ class Consumer:
         self._client = ClusterClient(zookeeper, session_timeout_s=session_timeout_s, retry_timeout_s=retry_timeout_s)
         self._positions: dict[TopicPartition, int] = {}
         self._assigned: list[TopicPartition] = []
-        self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=32, thread_name_prefix="sparklog-fetch")
         self._partition_columns = _PartitionColumns()
         self._restorer = fetch_columns.Restorer()
-        self._inflight: dict[TopicPartition, concurrent.futures.Future[list[pa.RecordBatch]]] = {}
-        self._inflight_at: dict[TopicPartition, tuple[int, concurrent.futures.Future[list[pa.RecordBatch]]]] = {}
+        self._fetches: dict[TopicPartition, FetchStream] = {}  # each assigned partition's open fetch
+        self._results: queue.SimpleQueue[tuple[FetchStream, pa.RecordBatch | None]] = queue.SimpleQueue()
+        self._failed: BaseException | None = None  # a fetch's error, raised by the next poll
         self._partitioner: SetPartitioner | None = None
         all_partitions = [
             (t, p)
@@ -118,7 +118,7 @@ class Consumer:
             raise InvalidRequest(f"lost membership of group {self.group!r}")
         if part.release:
             self._assigned, self._positions = [], {}
-            self._inflight, self._inflight_at = {}, {}
+            self._cancel_fetches()
             part.release_set()
         if part.allocating:
             if not wait and not self._assigned:
@@ -153,72 +153,85 @@ class Consumer:
         return list(self._assigned)
 
     # ----------------------------------------------------------------- fetching
-    def _fetch(self, tp: TopicPartition, offset: int, wait_ms: int) -> list[pa.RecordBatch]:
-        topic, partition = tp
-        ticket = flight.Ticket(
+    def _ticket(self, topic: str, partition: int, offset: int) -> flight.Ticket:
+        return flight.Ticket(
             wire.encode(
                 {
                     "topic": topic,
                     "partition": partition,
                     "offset": offset,
                     "max_bytes": self.max_bytes,
-                    "max_wait_ms": wait_ms,
+                    "max_wait_ms": self.max_wait_ms,
                     "compact": True,  # columns with nothing in them travel empty (sparklog.fetch_columns)
+                    "follow": True,  # the stream stays open for later records (broker.fetch_follower)
                     **({"fields": self.fields} if self.fields else {}),
                 }
             )
         )
-        restore = self._restorer.restore
 
-        def run(client: flight.FlightClient, _broker: BrokerInfo) -> list[pa.RecordBatch]:
-            return [restore(c.data, c.app_metadata) for c in client.do_get(ticket) if c.data is not None]
-
-        return self._client.call_leader(topic, partition, run, connection=fetch_connection(partition))
+    def _open_fetch(self, tp: TopicPartition) -> FetchStream:
+        topic, partition = tp
+        return FetchStream(
+            tp,
+            self._positions[tp],
+            lambda offset: self._ticket(topic, partition, offset),
+            self._restorer.restore,
+            lambda request: self._client.call_leader(topic, partition, request, connection=fetch_connection(partition)),
+            self._results,
+            self.max_bytes,
+        )
 
     def poll_batches(self, timeout: float = 1.0) -> list[pa.RecordBatch]:
         """Record batches from the current positions (columns ``topic``, ``partition``, ``offset``,
         ``timestamp``, ``key``, ``value``, ``headers``), waiting up to ``timeout`` s for new data;
         positions move past what is returned.
 
-        Every assigned partition always has one fetch in flight (a long poll at the broker), so
-        new records are returned as soon as any partition has them, and the next fetch runs while
-        the caller works on this one.
+        Every assigned partition always has a fetch open at its leader (a stream that the broker
+        keeps sending new records on), read ahead on its own thread by up to ``max_bytes``, so new
+        records are returned as soon as any partition has them.
         """
         self._follow_group()
+        if self._failed is not None:
+            failed, self._failed = self._failed, None
+            raise failed
         deadline = time.monotonic() + timeout
         out: list[pa.RecordBatch] = []
         while True:
-            self._issue_fetches()
-            remaining = max(0.0, deadline - time.monotonic())
-            done, _ = concurrent.futures.wait(
-                list(self._inflight.values()), timeout=remaining, return_when=concurrent.futures.FIRST_COMPLETED
-            )
-            for tp, (offset, future) in list(self._inflight_at.items()):
-                if future not in done:
-                    continue
-                del self._inflight[tp], self._inflight_at[tp]
-                if self._positions.get(tp) != offset:
-                    continue  # a seek or reassignment happened meanwhile: drop the stale result
-                for batch in future.result():
-                    batch = self._trim(batch, offset)
-                    if batch.num_rows:
-                        if self.value_format == "avro":
-                            batch = self._as_avro(tp[0], batch)
-                        out.append(self._partition_columns.prepend(batch, tp))
-                        offset = batch.column(0)[-1].as_py() + 1
-                self._positions[tp] = offset
-            if out or time.monotonic() >= deadline:
+            for tp in self._assigned:
+                if tp not in self._fetches:
+                    self._fetches[tp] = self._open_fetch(tp)
+            remaining = deadline - time.monotonic()
+            try:  # wait for the first batch only; then take what is there
+                if remaining > 0 and not out:
+                    fetch, batch = self._results.get(timeout=remaining)
+                else:
+                    fetch, batch = self._results.get_nowait()
+            except queue.Empty:
                 return out
-            if not self._assigned:
-                time.sleep(min(remaining, 0.05))
+            if batch is not None:
+                fetch.taken(batch)
+            if self._fetches.get(fetch.tp) is not fetch:
+                continue  # a seek or reassignment replaced this fetch: drop what it read
+            if batch is None:
+                del self._fetches[fetch.tp]
+                if fetch.error is not None:
+                    if out:  # the batches read before it are returned first
+                        self._failed = fetch.error
+                        return out
+                    raise fetch.error
+                continue
+            position = self._positions[fetch.tp]
+            batch = self._trim(batch, position)
+            if batch.num_rows:
+                if self.value_format == "avro":
+                    batch = self._as_avro(fetch.tp[0], batch)
+                out.append(self._partition_columns.prepend(batch, fetch.tp))
+                self._positions[fetch.tp] = batch.column(0)[-1].as_py() + 1
 
-    def _issue_fetches(self) -> None:
-        for tp in self._assigned:
-            if tp not in self._inflight:
-                offset = self._positions[tp]
-                future = self._pool.submit(self._fetch, tp, offset, self.max_wait_ms)
-                self._inflight[tp] = future
-                self._inflight_at[tp] = (offset, future)
+    def _cancel_fetches(self) -> None:
+        for fetch in self._fetches.values():
+            fetch.cancel()
+        self._fetches = {}
 
     def _as_avro(self, topic: str, batch: pa.RecordBatch) -> pa.RecordBatch:
         """Values of a typed topic as Avro single-object encoded bytes (for existing Avro tooling)."""
@@ -271,12 +284,12 @@ class Consumer:
         self._move(self._tp(partition, topic), offset)
 
     def _move(self, tp: TopicPartition, offset: int) -> None:
-        """A new position; the fetch in flight from the old one (maybe a long poll at the log end)
-        is left to finish unread, so the next poll fetches from here at once instead of waiting
-        for it."""
+        """A new position; the fetch open from the old one is cancelled (what it read is dropped),
+        so the next poll fetches from here at once."""
         self._positions[tp] = offset
-        self._inflight.pop(tp, None)
-        self._inflight_at.pop(tp, None)
+        fetch = self._fetches.pop(tp, None)
+        if fetch is not None:
+            fetch.cancel()
 
     def seek_to_beginning(self) -> None:
         for tp in self._assigned:
@@ -307,7 +320,10 @@ class Consumer:
         if self._partitioner is not None:
             self._partitioner.finish()
             self._partitioner = None
-        self._pool.shutdown(wait=True, cancel_futures=True)
+        fetches = list(self._fetches.values())
+        self._cancel_fetches()
+        for fetch in fetches:
+            fetch.join(5.0)
         self._client.close()
 
     def __enter__(self) -> Consumer:
