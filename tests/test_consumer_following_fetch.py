@@ -129,9 +129,7 @@ def test_read_ahead_is_bounded_by_max_bytes_and_nothing_is_lost(start_broker: An
                     topic, {"value": [value[:-8] + i.to_bytes(8, "big") for i in range(start, start + 500)]}, p
                 )
     max_bytes = 64 << 10
-    with Consumer(
-        topic, zookeeper=sparklog_connect, auto_offset_reset="earliest", max_bytes=max_bytes
-    ) as consumer:
+    with Consumer(topic, zookeeper=sparklog_connect, auto_offset_reset="earliest", max_bytes=max_bytes) as consumer:
         first = consumer.poll_batches(timeout=10.0)
         assert first
         time.sleep(1.5)  # the fetch threads read ahead as far as they may
