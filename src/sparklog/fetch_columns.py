@@ -33,6 +33,7 @@ from sparklog import wire
 from sparklog.records import HEADER_TYPE, TIMESTAMP_TYPE, int64_column
 
 ELIDED = pa.null()
+Elided = tuple[tuple[int, str], ...]  # (index, name) of each column a response left out
 _REBUILT_TYPES = {"offset": pa.int64(), "timestamp": TIMESTAMP_TYPE, "key": pa.binary(), "headers": HEADER_TYPE}
 
 
@@ -87,14 +88,14 @@ class ResponsePlan:
             return None
         return ResponsePlan(elision, self.first_offset, self.timestamps if elision.timestamp else ())
 
-    def elide(self, batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:
-        """``batch`` with the left-out columns as null columns (``schema``: the sent schema)."""
-        if self.elision == NOTHING:
-            return batch
-        columns = list(batch.columns)
-        nulls = pa.nulls(batch.num_rows, ELIDED)
-        for name in self.elision.names:
-            columns[schema.get_field_index(name)] = nulls
+    def elide(self, columns: Sequence[pa.Array], schema: pa.Schema) -> pa.RecordBatch:
+        """The message of a stored batch's ``columns`` (a typed value already as the consumer sees
+        it), the left-out ones as null columns (``schema``: the sent schema)."""
+        if self.elision != NOTHING:
+            columns = list(columns)
+            nulls = pa.nulls(len(columns[0]), ELIDED)
+            for name in self.elision.names:
+                columns[schema.get_field_index(name)] = nulls
         return pa.RecordBatch.from_arrays(columns, schema=schema)
 
     def messages(
@@ -160,15 +161,22 @@ class Restorer:
     ``numpy.repeat`` of their runs)."""
 
     def __init__(self) -> None:
-        self._schemas: dict[pa.Schema, tuple[pa.Schema, tuple[tuple[int, str], ...]]] = {}
+        self._schemas: dict[pa.Schema, tuple[pa.Schema, Elided]] = {}
         self._nulls: dict[str, pa.Array] = {}
 
     def restore(self, batch: pa.RecordBatch, app_metadata: Any) -> pa.RecordBatch:
-        schema, elided = self._layout(batch.schema)
+        schema, elided = self.layout(batch.schema)
         if not elided:
             return batch
-        n = batch.num_rows
+        return pa.RecordBatch.from_arrays(self.columns(batch, app_metadata, elided), schema=schema)
+
+    def columns(self, batch: pa.RecordBatch, app_metadata: Any, elided: Elided) -> list[pa.Array]:
+        """The columns of ``batch`` with the ``elided`` ones (from :meth:`layout` of its schema)
+        rebuilt: for a stream, whose schema is fixed, the layout is looked up once."""
         columns = list(batch.columns)
+        if not elided:
+            return columns
+        n = batch.num_rows
         told: dict[str, Any] = {}
         if app_metadata is not None and app_metadata.size:
             told = wire.decode(app_metadata.to_pybytes())
@@ -181,9 +189,10 @@ class Restorer:
                 columns[i] = int64_column(np.repeat(runs[:, 0], runs[:, 1]), TIMESTAMP_TYPE)
             else:
                 columns[i] = self._null_column(name, n)
-        return pa.RecordBatch.from_arrays(columns, schema=schema)
+        return columns
 
-    def _layout(self, schema: pa.Schema) -> tuple[pa.Schema, tuple[tuple[int, str], ...]]:
+    def layout(self, schema: pa.Schema) -> tuple[pa.Schema, Elided]:
+        """The restored schema of batches sent with ``schema``, and which of its columns were left out."""
         known = self._schemas.get(schema)
         if known is None:
             elided = tuple((i, f.name) for i, f in enumerate(schema) if f.type == ELIDED and f.name in _REBUILT_TYPES)

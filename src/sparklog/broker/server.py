@@ -232,7 +232,10 @@ class BrokerServer(flight.FlightServerBase):
             return
         while True:
             shared = pa.py_buffer(wire.encode(positions))  # unless a message needs more, all carry the same
-            sent = _coalesced(plan.elide(convert(b) if convert else b, schema) for b, _ in stored)
+            if convert is None and plan.elision == fetch_columns.NOTHING:
+                sent = _coalesced(b for b, _ in stored)  # as stored
+            else:  # one new batch per stored batch, whatever changes
+                sent = _coalesced(plan.elide(convert.columns(b) if convert else b.columns, schema) for b, _ in stored)
             for batch, extra in plan.messages(sent, [b.num_rows for b, _ in stored]):
                 yield batch, pa.py_buffer(wire.encode({**positions, **extra})) if extra else shared
             if follower is None or (more := follower.next_response(next_offset(stored))) is None:

@@ -55,7 +55,9 @@ class ConsumerView:
         value_type = self.projection.type if self.projection is not None else latest.arrow_type
         self.schema = versioned_schema(value_type, latest.version)
 
-    def __call__(self, batch: pa.RecordBatch) -> pa.RecordBatch:
+    def columns(self, batch: pa.RecordBatch) -> list[pa.Array]:
+        """The columns of a stored batch as the consumer sees them (the batch itself is built
+        once, by the caller, with whatever else it changes)."""
         latest = self.schemas[-1]
         value = batch.column(3)  # the stored layout: offset, timestamp, key, value, headers
         written = schema_version(batch.schema)
@@ -63,4 +65,4 @@ class ConsumerView:
             value = evolve(value, _version(self.schemas, written), latest)
         if self.projection is not None:
             value = self.projection(value)
-        return pa.RecordBatch.from_arrays([*batch.columns[:3], value, batch.column(4)], schema=self.schema)
+        return [*batch.columns[:3], value, batch.column(4)]

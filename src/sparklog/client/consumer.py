@@ -27,6 +27,7 @@ from sparklog.schemas.codec import encode_avro
 from sparklog.schemas.projection import parse_fields
 
 TopicPartition = tuple[str, int]
+OFFSET = 2  # the offset column of a polled batch (after topic and partition)
 RESETS = ("earliest", "latest", "none")
 
 
@@ -175,7 +176,8 @@ class Consumer:
             tp,
             self._positions[tp],
             lambda offset: self._ticket(topic, partition, offset),
-            self._restorer.restore,
+            self._restorer,
+            self._partition_columns,
             lambda request: self._client.call_leader(topic, partition, request, connection=fetch_connection(partition)),
             self._results,
             self.max_bytes,
@@ -225,8 +227,8 @@ class Consumer:
             if batch.num_rows:
                 if self.value_format == "avro":
                     batch = self._as_avro(fetch.tp[0], batch)
-                out.append(self._partition_columns.prepend(batch, fetch.tp))
-                self._positions[fetch.tp] = batch.column(0)[-1].as_py() + 1
+                out.append(batch)
+                self._positions[fetch.tp] = batch.column(OFFSET)[-1].as_py() + 1
 
     def _cancel_fetches(self) -> None:
         for fetch in self._fetches.values():
@@ -243,10 +245,10 @@ class Consumer:
 
     @staticmethod
     def _trim(batch: pa.RecordBatch, position: int) -> pa.RecordBatch:
-        first = batch.column(0)[0].as_py() if batch.num_rows else position
+        first = batch.column(OFFSET)[0].as_py() if batch.num_rows else position
         if first >= position:
             return batch
-        return batch.filter(pc.greater_equal(batch.column(0), position))
+        return batch.filter(pc.greater_equal(batch.column(OFFSET), position))
 
     def poll(self, timeout: float = 1.0) -> list[Record]:
         """Like ``poll_batches`` but as :class:`Record` tuples (convenient, not the fast path)."""
@@ -334,15 +336,17 @@ class Consumer:
 
 
 class _PartitionColumns:
-    """Puts ``topic`` (dictionary-encoded: one string, not one per row) and ``partition`` in front
-    of fetched batches. Both columns are constant per partition, so they are built once (grown
-    when a longer batch comes) and sliced for each batch: no per-batch allocation."""
+    """The ``topic`` (dictionary-encoded: one string, not one per row) and ``partition`` columns
+    put in front of fetched batches. Both are constant per partition, so they are built once
+    (grown when a longer batch comes) and sliced for each batch: no per-batch allocation."""
+
+    FIELDS = (pa.field("topic", pa.dictionary(pa.int32(), pa.string())), pa.field("partition", pa.int32()))
 
     def __init__(self) -> None:
         self._columns: dict[TopicPartition, tuple[pa.Array, pa.Array]] = {}
 
-    def prepend(self, batch: pa.RecordBatch, tp: TopicPartition) -> pa.RecordBatch:
-        n = batch.num_rows
+    def __call__(self, tp: TopicPartition, n: int) -> list[pa.Array]:
+        """The ``topic`` and ``partition`` columns of ``n`` rows of ``tp``."""
         columns = self._columns.get(tp)
         if columns is None or len(columns[0]) < n:
             size = max(n, 2 * len(columns[0]) if columns else 0)
@@ -351,5 +355,4 @@ class _PartitionColumns:
             )
             columns = self._columns[tp] = (topic, pa.array(np.full(size, tp[1], dtype=np.int32)))
         topic, partition = columns
-        names = ["topic", "partition", *batch.schema.names]
-        return pa.RecordBatch.from_arrays([topic.slice(0, n), partition.slice(0, n), *batch.columns], names=names)
+        return [topic.slice(0, n), partition.slice(0, n)]

@@ -14,14 +14,23 @@ from __future__ import annotations
 import queue
 import threading
 from collections.abc import Callable
-from typing import Any
+from typing import Protocol
 
 import pyarrow as pa
 import pyarrow.flight as flight
 
 from sparklog.coordination.cluster import BrokerInfo
+from sparklog.fetch_columns import Restorer
 
 TopicPartition = tuple[str, int]
+
+
+class ColumnsInFront(Protocol):
+    FIELDS: tuple[pa.Field, ...]
+
+    def __call__(self, tp: TopicPartition, rows: int) -> list[pa.Array]: ...
+
+
 RunOnLeader = Callable[[Callable[[flight.FlightClient, BrokerInfo], None]], None]
 
 
@@ -34,18 +43,22 @@ class FetchStream:
         tp: TopicPartition,
         offset: int,
         ticket: Callable[[int], flight.Ticket],
-        restore: Callable[[pa.RecordBatch, Any], pa.RecordBatch],
+        restorer: Restorer,
+        in_front: ColumnsInFront,
         on_leader: RunOnLeader,
         results: queue.SimpleQueue[tuple[FetchStream, pa.RecordBatch | None]],
         max_bytes: int,
     ) -> None:
-        """``ticket(offset)``: the fetch request from an offset; ``on_leader(request)`` runs
-        ``request(client, broker)`` against the partition's leader, retrying retriable errors."""
+        """``ticket(offset)``: the fetch request from an offset; ``restorer`` rebuilds the columns a
+        compact fetch left out; ``in_front(tp, rows)`` gives the columns put before the fetched ones
+        (named ``in_front.FIELDS``); ``on_leader(request)`` runs ``request(client, broker)``
+        against the partition's leader, retrying retriable errors."""
         self.tp = tp
         self.offset = offset  # where the next (re)opened call starts: past every batch read
         self.error: BaseException | None = None
         self._ticket = ticket
-        self._restore = restore
+        self._restorer = restorer
+        self._in_front = in_front
         self._on_leader = on_leader
         self._results = results
         self._max_bytes = max_bytes
@@ -90,15 +103,18 @@ class FetchStream:
         try:
             if self._cancelled:  # cancel() may have run before the reader was set
                 return
+            restored, elided = self._restorer.layout(reader.schema)  # a stream's schema is fixed
+            schema = pa.schema([*self._in_front.FIELDS, *restored])
+            offsets = len(self._in_front.FIELDS)
             for chunk in reader:
-                if chunk.data is None:
+                rows = 0 if chunk.data is None else chunk.data.num_rows
+                if not rows:
                     continue
-                batch = self._restore(chunk.data, chunk.app_metadata)
-                if not batch.num_rows:
-                    continue
+                columns = self._restorer.columns(chunk.data, chunk.app_metadata, elided)
+                batch = pa.RecordBatch.from_arrays([*self._in_front(self.tp, rows), *columns], schema=schema)
                 if not self._wait_for_credit():
                     return
-                self.offset = batch.column(0)[-1].as_py() + 1
+                self.offset = batch.column(offsets)[-1].as_py() + 1
                 with self._credit:
                     self._unread += batch.get_total_buffer_size()
                 self._results.put((self, batch))
