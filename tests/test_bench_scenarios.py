@@ -45,6 +45,10 @@ def test_spark_read_from_memory_and_spark_write_from_files(spark: object) -> Non
 
     ceiling = spark_scenarios.spark_read(records=30_000, batch_records=4_000, partitions=2, repeat=1, source="memory")
     assert ceiling["source"] == "memory" and ceiling["records"] == 30_000  # the query counted every row
+    typed = spark_scenarios.spark_read(
+        records=30_000, batch_records=4_000, partitions=2, repeat=1, fields="f0,f1", source="memory"
+    )
+    assert typed["source"] == "memory" and typed["records"] == 30_000 and typed["fields"] == "f0,f1"
     written = spark_scenarios.spark_write(records=30_000, batch_records=5_000, partitions=2, source="files")
     # the scenario checks that the target topic holds exactly the rows of the files
     assert written["source"] == "files" and written["records"] == 30_000

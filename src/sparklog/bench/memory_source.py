@@ -4,7 +4,10 @@ so a query on it measures what Spark itself takes to receive a Python source's A
 ceiling for any Python data source, sparklog's included, measured on the same machine in the same run.
 
 Options: ``rows`` (in all), ``partitions``, ``batchRows``, ``valueBytes``. One micro-batch holds
-every row (the offsets are 0, then 1).
+every row (the offsets are 0, then 1). With ``typedColumns`` (``bench spark-read --fields ...
+--source memory``) values are structs of the benchmark's typed topic
+(:func:`sparklog.bench.broker_scenarios.typed_values`), all of its columns or only ``fields``
+(comma-separated): Spark's ceiling for reading them whole against reading a projection.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
 from pyspark.sql.types import StructType
 
 from sparklog.bench.append import make_values
+from sparklog.bench.broker_scenarios import typed_values
 
 NAME = "sparklog-bench-memory"
 
@@ -37,6 +41,7 @@ class MemoryStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.partition_count = int(options.get("partitions", 6))
         self.batch_rows = int(options.get("batchrows", 10_000))
         self.value_bytes = int(options.get("valuebytes", 100))
+        self.typed_columns = int(options.get("typedcolumns", 0))
         self.arrow_schema = arrow_schema(schema)
 
     def initialOffset(self) -> dict:
@@ -58,10 +63,17 @@ class MemoryStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         assert isinstance(partition, _Slice)
         n = self.batch_rows
         ts_type = self.arrow_schema.field("timestamp").type
+        value_type = self.arrow_schema.field("value").type
+        if self.typed_columns:
+            whole = typed_values(n, self.typed_columns)
+            names = [f.name for f in value_type]
+            value = pa.StructArray.from_arrays([whole.field(name) for name in names], names=names).cast(value_type)
+        else:
+            value = make_values(n, self.value_bytes)
         full = pa.RecordBatch.from_arrays(
             [
                 pa.nulls(n, pa.binary()),
-                make_values(n, self.value_bytes),
+                value,
                 pa.array(["bench"] * n, pa.string()),
                 pa.array(np.full(n, partition.index, dtype=np.int32)),
                 pa.array(np.arange(n, dtype=np.int64)),
@@ -85,8 +97,15 @@ class MemorySource(DataSource):
 
     def schema(self) -> StructType:
         from sparklog.datasource.reader import spark_schema
+        from sparklog.datasource.typed import spark_value_type
 
-        return spark_schema(include_headers=False)
+        columns = int(self.options.get("typedcolumns", 0))
+        if not columns:
+            return spark_schema(include_headers=False)
+        whole = typed_values(1, columns).type
+        wanted = [f.strip() for f in self.options.get("fields", "").split(",") if f.strip()]
+        value_type = pa.struct([whole.field(name) for name in wanted] if wanted else list(whole))
+        return spark_schema(include_headers=False, value_type=spark_value_type(value_type))
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         return MemoryStreamReader(self.options, schema)

@@ -139,9 +139,7 @@ def spark_read(
     if source not in ("topic", "memory"):
         raise ValueError(f"spark-read reads from source 'topic' or 'memory', not {source!r}")
     if fields is not None:
-        if source != "topic":
-            raise ValueError("spark-read --fields reads a sparklog topic: drop --source")
-        return spark_read_fields(fields, records, partitions, batch_records, repeat, cores)
+        return spark_read_fields(fields, records, partitions, batch_records, repeat, cores, source)
 
     spark, own = _spark(cores)
     times: list[float] = []
@@ -202,10 +200,12 @@ def spark_read_fields(
     batch_records: int = 10_000,
     repeat: int = 3,
     cores: int = 2,
+    source: str = "topic",
 ) -> dict[str, Any]:
     """A typed topic of 20 columns (as ``consume-fields``) read by availableNow queries into the
     noop sink: every column, then only ``fields`` (the broker sends just those columns, Spark
-    converts just those), interleaved ``repeat`` times; medians."""
+    converts just those), interleaved ``repeat`` times; medians. ``source="memory"``: the same
+    values from :mod:`sparklog.bench.memory_source` (no cluster), Spark's own ratio."""
     import json
     import statistics
 
@@ -215,27 +215,36 @@ def spark_read_fields(
     spark, own = _spark(cores)
     times: dict[str, list[float]] = {"all": [], "fields": []}
     with tempfile.TemporaryDirectory(prefix="sparklog-bench-") as tmp:
-        cluster = LocalCluster(os.path.join(tmp, "cluster"), brokers=1).start()
+        cluster = None
         try:
-            with Admin(cluster.zookeeper) as admin:
-                admin.create_topic(SOURCE, partitions, 1, value_schema=json.dumps(typed_schema()))
-            total = fill_typed_topic(cluster.zookeeper, SOURCE, records, batch_records, partitions)
+            memory = None
+            if source == "memory":
+                total = records
+                memory = {"rows": records, "partitions": partitions, "batchRows": batch_records, "typedColumns": 20}
+                zookeeper = ""
+            else:
+                cluster = LocalCluster(os.path.join(tmp, "cluster"), brokers=1).start()
+                zookeeper = cluster.zookeeper
+                with Admin(zookeeper) as admin:
+                    admin.create_topic(SOURCE, partitions, 1, value_schema=json.dumps(typed_schema()))
+                total = fill_typed_topic(zookeeper, SOURCE, records, batch_records, partitions)
             for i in range(repeat + 1):  # the first round warms up Spark and the broker
                 for name, projection in (("all", None), ("fields", fields)):
-                    query = _read_query(
-                        spark, cluster.zookeeper, SOURCE, os.path.join(tmp, f"ckpt-{name}-{i}"), projection
-                    )
+                    checkpoint = os.path.join(tmp, f"ckpt-{name}-{i}")
+                    query = _read_query(spark, zookeeper, SOURCE, checkpoint, projection, memory)
                     took = _run(query, total)
                     if i:
                         times[name].append(took)
         finally:
-            connections.close_all()
-            cluster.stop()
+            if cluster is not None:
+                connections.close_all()
+                cluster.stop()
             if own:
                 spark.stop()
     took = {k: statistics.median(v) for k, v in times.items()}
     return {
         "scenario": "spark-read",
+        "source": source,
         "records": total,
         "columns": 20,
         "fields": fields,
