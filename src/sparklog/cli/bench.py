@@ -47,8 +47,8 @@ def add_bench(sub: argparse._SubParsersAction) -> None:
         choices=["topic", "memory", "files"],
         default=None,
         help="spark-read: a sparklog topic (default) or 'memory', the same batches from an in-memory Python "
-        "source (Spark's ceiling for any Python source; with --fields, typed values whole and projected); spark-write: copy another topic (default) or write "
-        "from Parquet 'files' (the sink alone)",
+        "source (Spark's ceiling for any Python source; with --fields, typed values whole and projected); "
+        "spark-write: copy another topic (default) or write from Parquet 'files' (the sink alone)",
     )
     p.add_argument(
         "--against",
