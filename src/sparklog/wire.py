@@ -67,8 +67,11 @@ def flight_client(location: str, own_connection: bool = False) -> flight.FlightC
     return flight.FlightClient(location, generic_options=options)
 
 
+_COMPACT_JSON = json.JSONEncoder(separators=(",", ":"))  # made once: json.dumps(separators=...) makes one per call
+
+
 def encode(obj: dict[str, Any]) -> bytes:
-    return json.dumps(obj, separators=(",", ":")).encode()
+    return _COMPACT_JSON.encode(obj).encode()
 
 
 def decode(data: bytes | memoryview | Any) -> dict[str, Any]:
