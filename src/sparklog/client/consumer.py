@@ -52,6 +52,11 @@ class Consumer:
     partitions reassigned) after about that long (ZooKeeper enforces at least 2 ticks, 4 s by default).
     A fetch that fails with a retriable error (leader moved, broker down) is retried for up to
     ``retry_timeout_s``.
+
+    Each assigned partition has one fetch open at its leader, which sends new records as they are
+    appended (:mod:`sparklog.client.fetch_stream`); ``max_bytes`` bounds both one response and how
+    far a partition is read ahead of ``poll_batches``; ``max_wait_ms`` is how long an open fetch
+    waits for new records before it is renewed.
     """
 
     def __init__(
