@@ -91,6 +91,16 @@ def _run(query: Any, rows: int | None = None) -> float:
     return took
 
 
+def _topic_stream(spark: Any, zookeeper: str, topic: str) -> Any:
+    """A streaming reader of a sparklog topic from its earliest offsets."""
+    return (
+        spark.readStream.format("sparklog")
+        .option("zookeeper", zookeeper)
+        .option("subscribe", topic)
+        .option("startingOffsets", "earliest")
+    )
+
+
 def _read_query(
     spark: Any, zookeeper: str, topic: str, checkpoint: str, fields: str | None = None, memory: dict | None = None
 ) -> Any:
@@ -102,12 +112,7 @@ def _read_query(
         spark.dataSource.register(MemorySource)
         reader = spark.readStream.format(NAME).options(**{k: str(v) for k, v in memory.items()})
     else:
-        reader = (
-            spark.readStream.format("sparklog")
-            .option("zookeeper", zookeeper)
-            .option("subscribe", topic)
-            .option("startingOffsets", "earliest")
-        )
+        reader = _topic_stream(spark, zookeeper, topic)
     if fields is not None:
         reader = reader.option("fields", fields)
     return (
@@ -298,14 +303,7 @@ def spark_write(
                     path = os.path.join(tmp, name)
                     rows = spark.readStream.format("parquet").schema(spark.read.parquet(path).schema).load(path)
                 else:
-                    rows = (
-                        spark.readStream.format("sparklog")
-                        .option("zookeeper", zk)
-                        .option("subscribe", name)
-                        .option("startingOffsets", "earliest")
-                        .load()
-                        .select("value")
-                    )
+                    rows = _topic_stream(spark, zk, name).load().select("value")
                 return (
                     rows.writeStream.format("sparklog")
                     .option("zookeeper", zk)

@@ -16,7 +16,6 @@ position, which answers with the right schema or error.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -28,8 +27,6 @@ from sparklog.errors import SparklogError
 
 if TYPE_CHECKING:
     from sparklog.broker.partition import Partition
-
-WAIT_SLICE_S = 0.25  # how often a waiting stream looks whether its consumer went away
 
 Stored = list[tuple[pa.RecordBatch, BatchHeader]]
 
@@ -50,9 +47,8 @@ class FetchFollower:
     ) -> None:
         """``elision``: what the first response left out (None: not a compact fetch);
         ``value_schemas``: the topic's schema versions the stream's view was made from, and
-        ``current_schemas`` gives the broker's now; ``stopping``: the broker is stopping (cheap,
-        asked on every wake-up); ``cancelled``: the consumer went away (a gRPC call: asked every
-        ``WAIT_SLICE_S`` of waiting)."""
+        ``current_schemas`` gives the broker's now; ``stopping``: the broker is stopping;
+        ``cancelled``: the consumer went away (see :meth:`Partition.await_records`)."""
         self.partition = partition
         self.max_bytes = max_bytes
         self.max_wait_s = max_wait_ms / 1000
@@ -66,20 +62,10 @@ class FetchFollower:
         """The stored batches from ``offset`` and the plan to send them with, once some are below
         the high watermark; None when the stream should end."""
         partition, log = self.partition, self.partition.log
-        deadline = time.monotonic() + self.max_wait_s
-
-        def ready() -> bool:
-            return self.stopping() or log.closed or not partition.is_leader or partition.high_watermark > offset
-
-        while not ready():
-            remaining = deadline - time.monotonic()
-            if remaining <= 0 or self.cancelled():
-                return None
-            with partition.changed:
-                partition.changed.wait_for(ready, timeout=min(remaining, WAIT_SLICE_S))
+        partition.await_records(offset, self.max_wait_s, False, self.stopping, self.cancelled)
         if self.stopping() or log.closed or not partition.is_leader or self.current_schemas() is not self.value_schemas:
             return None
-        try:
+        try:  # nothing below the high watermark (the wait timed out): []
             stored = log.read_stored(offset, self.max_bytes, upto=partition.high_watermark)
         except SparklogError:  # deleted by retention, log closed: the next plain fetch says so
             return None

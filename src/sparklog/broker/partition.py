@@ -25,6 +25,7 @@ if TYPE_CHECKING:
 
 DEFAULT_REPLICA_LAG_MS = 10_000
 ACK_TIMEOUT_S = 15.0
+WAIT_SLICE_S = 0.25  # how often a waiting fetch asks whether its client went away
 
 
 class Partition:
@@ -138,6 +139,31 @@ class Partition:
                 self.changed.wait(min(remaining, 0.5))
 
     # ----------------------------------------------------------------- leader: fetch
+    def await_records(
+        self,
+        offset: int,
+        timeout_s: float,
+        to_log_end: bool,
+        interrupted: Callable[[], bool],
+        cancelled: Callable[[], bool] | None = None,
+    ) -> None:
+        """Wait up to ``timeout_s`` until a fetch at ``offset`` has records to read (below the log
+        end for a follower, ``to_log_end``; below the high watermark for a consumer), or until
+        waiting has no point: this broker stops leading, the log is closed, ``interrupted()``
+        (asked on every wake-up), ``cancelled()`` (a costlier check: every ``WAIT_SLICE_S``)."""
+        deadline = time.monotonic() + timeout_s
+
+        def ready() -> bool:
+            end = self.log.log_end_offset if to_log_end else self.high_watermark
+            return interrupted() or self.log.closed or not self.is_leader or end > offset
+
+        while not ready():
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 or (cancelled is not None and cancelled()):
+                return
+            with self.changed:
+                self.changed.wait_for(ready, timeout=min(remaining, WAIT_SLICE_S))
+
     def fetch_range_end(self, replica_id: int, offset: int, leader_epoch: int | None) -> int:
         """The offset below which a fetch may read: the log end for a follower (whose position is
         recorded), the high watermark for a consumer."""

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import itertools
 import logging
-import time
 from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -164,14 +163,7 @@ class BrokerServer(flight.FlightServerBase):
             upto = partition.fetch_range_end(replica_id, offset, epoch if isinstance(epoch, int) else None)
             stored = plog.read_stored(offset, max_bytes, upto=upto)
             if not stored and max_wait_ms > 0:
-                deadline = time.monotonic() + max_wait_ms / 1000
-
-                def ready() -> bool:
-                    end = plog.log_end_offset if replica_id >= 0 else partition.high_watermark
-                    return self.stopping or plog.closed or not partition.is_leader or end > offset
-
-                with partition.changed:
-                    partition.changed.wait_for(ready, timeout=max(0.0, deadline - time.monotonic()))
+                partition.await_records(offset, max_wait_ms / 1000, replica_id >= 0, lambda: self.stopping)
                 upto = partition.fetch_range_end(replica_id, offset, epoch if isinstance(epoch, int) else None)
                 stored = plog.read_stored(offset, max_bytes, upto=upto)
             value_schemas = self.broker.value_schemas.get(topic)
