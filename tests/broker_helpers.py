@@ -35,7 +35,7 @@ from sparklog.client.partitioner import partitions_for_keys
 from sparklog.coordination.cluster import ClusterMetadata
 from sparklog.coordination.ports import free_port
 from sparklog.errors import SparklogError
-from sparklog.local_cluster import broker_command
+from sparklog.local_cluster import BROKER_START_TIMEOUT_S, broker_command
 
 HOST = "127.0.0.1"
 HELPER_SCRIPT = Path(__file__).resolve()
@@ -122,7 +122,7 @@ class BrokerProcess:
     def output(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
 
-    def start(self, timeout: float = 30.0) -> BrokerProcess:
+    def start(self, timeout: float = BROKER_START_TIMEOUT_S) -> BrokerProcess:
         """Start the process and wait until it listens and is registered in ZooKeeper."""
         assert not self.alive, f"broker {self.broker_id} is already running"
         self.starts += 1
@@ -182,7 +182,7 @@ class BrokerProcess:
             interval=0.2,
         )
 
-    def restart(self, timeout: float = 30.0) -> BrokerProcess:
+    def restart(self, timeout: float = BROKER_START_TIMEOUT_S) -> BrokerProcess:
         """Start again on the same data dir and port (stopping it first if it still runs).
 
         The old registration is an ephemeral znode that outlives a killed process until its ZooKeeper

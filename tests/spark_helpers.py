@@ -16,6 +16,7 @@ from sparklog.client.admin import Admin
 from sparklog.client.consumer import Consumer
 from sparklog.client.producer import Producer
 from sparklog.coordination.cluster import ClusterMetadata
+from sparklog.datasource.query_start import start_stream
 
 T0 = 1_767_225_600_000  # 2026-01-01T00:00:00Z in ms
 _names = itertools.count()
@@ -122,7 +123,7 @@ def run_available_now(df: Any, checkpoint: str, sink: str = "memory", query_name
         writer = writer.queryName(query_name)
     for key, value in options.items():
         writer = writer.option(key, str(value))
-    query = writer.start()
+    query = start_stream(writer.start, checkpoint)
     _await(query)
     return query
 
@@ -148,9 +149,8 @@ def collect_available_now(df: Any, checkpoint: str) -> tuple[Any, dict[int, list
     def collect(batch_df: Any, batch_id: int) -> None:
         batches[batch_id] = [r.asDict() for r in batch_df.collect()]
 
-    query = (
-        df.writeStream.foreachBatch(collect).option("checkpointLocation", checkpoint).trigger(availableNow=True).start()
-    )
+    writer = df.writeStream.foreachBatch(collect).option("checkpointLocation", checkpoint).trigger(availableNow=True)
+    query = start_stream(writer.start, checkpoint)
     _await(query)
     return query, batches
 

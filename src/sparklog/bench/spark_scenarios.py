@@ -31,6 +31,7 @@ import pyarrow as pa
 from sparklog.bench.append import make_values
 from sparklog.client.admin import Admin
 from sparklog.client.producer import Producer
+from sparklog.datasource.query_start import start_stream
 from sparklog.local_cluster import LocalCluster
 
 SOURCE = "bench-spark"
@@ -78,17 +79,26 @@ def _parquet(spark: Any, path: str, records: int, value_bytes: int, files: int) 
     return records
 
 
-def _run(query: Any, rows: int | None = None) -> float:
-    """Seconds until ``query`` (started just before) ends; with ``rows``, checks it read that many."""
-    start = time.perf_counter()
+def _run(writer: Any, rows: int | None = None) -> tuple[float, Any]:
+    """Start ``writer``'s query (:func:`~sparklog.datasource.query_start.start_stream`) and return the
+    seconds from its start until it ends, and the query; with ``rows``, checks it read that many."""
+    began = 0.0
+
+    def start() -> Any:
+        nonlocal began
+        query = writer.start()
+        began = time.perf_counter()
+        return query
+
+    query = start_stream(start)
     query.awaitTermination()
-    took = time.perf_counter() - start
+    took = time.perf_counter() - began
     if query.exception() is not None:
         raise RuntimeError(f"benchmark query failed: {query.exception()}")
     read = sum(p["numInputRows"] for p in query.recentProgress)
     if rows is not None and read != rows:
         raise AssertionError(f"the query read {read} rows, the source holds {rows}")
-    return took
+    return took, query
 
 
 def _topic_stream(spark: Any, zookeeper: str, topic: str) -> Any:
@@ -101,10 +111,10 @@ def _topic_stream(spark: Any, zookeeper: str, topic: str) -> Any:
     )
 
 
-def _read_query(
+def _read_writer(
     spark: Any, zookeeper: str, topic: str, checkpoint: str, fields: str | None = None, memory: dict | None = None
 ) -> Any:
-    """An availableNow query from a sparklog topic (or, with ``memory`` options, from
+    """An availableNow query (not started) from a sparklog topic (or, with ``memory`` options, from
     :mod:`sparklog.bench.memory_source`) into the noop sink."""
     if memory is not None:
         from sparklog.bench.memory_source import NAME, MemorySource
@@ -115,13 +125,7 @@ def _read_query(
         reader = _topic_stream(spark, zookeeper, topic)
     if fields is not None:
         reader = reader.option("fields", fields)
-    return (
-        reader.load()
-        .writeStream.format("noop")
-        .option("checkpointLocation", checkpoint)
-        .trigger(availableNow=True)
-        .start()
-    )
+    return reader.load().writeStream.format("noop").option("checkpointLocation", checkpoint).trigger(availableNow=True)
 
 
 def spark_read(
@@ -158,7 +162,7 @@ def spark_read(
 
                 def query(warmup: bool, checkpoint: str) -> Any:
                     rows = warmup_rows if warmup else records
-                    return _read_query(spark, "", "", checkpoint, memory={**memory, "rows": rows})
+                    return _read_writer(spark, "", "", checkpoint, memory={**memory, "rows": rows})
 
             else:
                 cluster = LocalCluster(os.path.join(tmp, "cluster"), brokers=1).start()
@@ -170,11 +174,11 @@ def spark_read(
                 total = _fill(zk, SOURCE, records, value_bytes, partitions, batch_records)
 
                 def query(warmup: bool, checkpoint: str) -> Any:
-                    return _read_query(spark, zk, "warmup" if warmup else SOURCE, checkpoint)
+                    return _read_writer(spark, zk, "warmup" if warmup else SOURCE, checkpoint)
 
             _run(query(True, os.path.join(tmp, "ckpt-warmup")))
             for i in range(repeat):
-                times.append(_run(query(False, os.path.join(tmp, f"ckpt-{i}")), total))
+                times.append(_run(query(False, os.path.join(tmp, f"ckpt-{i}")), total)[0])
         finally:
             if cluster is not None:
                 connections.close_all()
@@ -236,8 +240,7 @@ def spark_read_fields(
             for i in range(repeat + 1):  # the first round warms up Spark and the broker
                 for name, projection in (("all", None), ("fields", fields)):
                     checkpoint = os.path.join(tmp, f"ckpt-{name}-{i}")
-                    query = _read_query(spark, zookeeper, SOURCE, checkpoint, projection, memory)
-                    took = _run(query, total)
+                    took, _ = _run(_read_writer(spark, zookeeper, SOURCE, checkpoint, projection, memory), total)
                     if i:
                         times[name].append(took)
         finally:
@@ -310,14 +313,13 @@ def spark_write(
                     .option("topic", target)
                     .option("checkpointLocation", checkpoint)
                     .trigger(availableNow=True)
-                    .start()
                 )
 
             _run(copy("warmup", "warmup-out", os.path.join(tmp, "ckpt-warmup")))
             commit_ms = []
             for i in range(repeat):
-                query = copy(SOURCE, f"{TARGET}-{i}", os.path.join(tmp, f"ckpt-{i}"))
-                times.append(_run(query))
+                took, query = _run(copy(SOURCE, f"{TARGET}-{i}", os.path.join(tmp, f"ckpt-{i}")))
+                times.append(took)
                 commit_ms.append(sum(p["durationMs"].get("addBatch", 0) for p in query.recentProgress))
                 client = connections.cluster_client(zk)
                 written = sum(client.list_offsets(f"{TARGET}-{i}", p)["high_watermark"] for p in range(partitions))

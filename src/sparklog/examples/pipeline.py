@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
+from sparklog.datasource.query_start import start_stream
 from sparklog.examples.clickstream import CLICK_SCHEMA_JSON, WATERMARK_DELAY_MS, WINDOW_MS
 
 if TYPE_CHECKING:
@@ -157,14 +158,14 @@ def run_available_now(
 ) -> RunReport:
     """Run the pipeline once over everything in the topic that its checkpoint has not seen, and wait."""
     began = time.perf_counter()
-    query = (
+    writer = (
         clicks_per_minute(clicks_stream(spark, zookeeper, topic, group))
         .writeStream.outputMode("update")
         .foreachBatch(upsert_into(table_path))
         .option("checkpointLocation", str(checkpoint))
         .trigger(availableNow=True)
-        .start()
     )
+    query = start_stream(writer.start, checkpoint)  # .start(), again if Spark's Python worker started too slowly
     try:
         if not query.awaitTermination(timeout_s):
             raise TimeoutError(f"the availableNow run did not finish within {timeout_s:.0f} s")
@@ -208,7 +209,7 @@ def as_reference(aggregates: pa.Table) -> pa.Table:
 def sparklog_cli(*args: str, zookeeper: str) -> str:
     """Run the ``sparklog`` command line (this interpreter's) and return what it printed."""
     command = [sys.executable, "-m", "sparklog.cli.main", *args, "--zookeeper", zookeeper]
-    done = subprocess.run(command, capture_output=True, text=True, timeout=60)
+    done = subprocess.run(command, capture_output=True, text=True, timeout=600)  # a bound on a hang, not a wait
     if done.returncode != 0:
         raise RuntimeError(f"{' '.join(args)} failed: {done.stderr.strip()}")
     return done.stdout
