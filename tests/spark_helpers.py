@@ -116,13 +116,21 @@ def stream_reader(spark: Any, zookeeper: str, **options: Any) -> Any:
     return reader.load()
 
 
-def run_available_now(df: Any, checkpoint: str, sink: str = "memory", query_name: str | None = None, **options: Any):
-    """Run ``df`` with Trigger.AvailableNow into ``sink`` until it ends; returns the query."""
-    writer = df.writeStream.format(sink).option("checkpointLocation", checkpoint).trigger(availableNow=True)
+def available_now_writer(
+    df: Any, checkpoint: str, sink: str = "memory", query_name: str | None = None, **options: Any
+) -> Any:
+    """``df``'s writer with Trigger.AvailableNow into ``sink`` (not started)."""
+    writer = df.writeStream.format(sink).option("checkpointLocation", str(checkpoint)).trigger(availableNow=True)
     if query_name:
         writer = writer.queryName(query_name)
     for key, value in options.items():
         writer = writer.option(key, str(value))
+    return writer
+
+
+def run_available_now(df: Any, checkpoint: str, sink: str = "memory", query_name: str | None = None, **options: Any):
+    """Run ``df`` with Trigger.AvailableNow into ``sink`` until it ends; returns the query."""
+    writer = available_now_writer(df, checkpoint, sink, query_name, **options)
     query = start_stream(writer.start, checkpoint)
     _await(query)
     return query

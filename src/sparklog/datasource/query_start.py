@@ -46,13 +46,11 @@ def start_stream(
     refuse to start where an offset log exists; an empty one is removed before the next start."""
     if attempts < 1:
         raise ValueError(f"attempts must be >= 1, got {attempts}")
-    for attempt in range(1, attempts + 1):
-        query = start()
-        failure = _await_sources(query, init_timeout_s)
-        if failure is None:
-            return query
+    attempt = 1
+    while (failure := _await_sources(query := start(), init_timeout_s)) is not None:
         if attempt == attempts or WORKER_DID_NOT_CONNECT not in str(failure):
             raise failure
+        attempt += 1
         took = warm_source_runner()
         if checkpoint is not None:
             _drop_empty_offset_log(Path(checkpoint))
@@ -60,10 +58,10 @@ def start_stream(
             "the streaming query's Python source worker did not connect back within Spark's 10 s "
             "(cold page cache); its modules took %.1f s to import, starting the query again (%d of %d)",
             took,
-            attempt + 1,
+            attempt,
             attempts,
         )
-    raise AssertionError("unreachable")
+    return query
 
 
 def warm_source_runner() -> float:
