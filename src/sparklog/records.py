@@ -120,24 +120,25 @@ def _as_timestamp(column: pa.Array | None, rows: int, now: int) -> pa.Array:
     return column
 
 
-_CACHED_NULL_HEADERS_ROWS = 1 << 17
+_SHARED_ZEROS_ROWS = 1 << 17
+_SHARED_ZEROS = pa.py_buffer(bytes(4 * (_SHARED_ZEROS_ROWS + 1)))  # read-only: slices are shared
+_EMPTY_HEADER_ENTRIES = pa.array([], HEADER_TYPE.value_type)
 
 
 def _null_headers(rows: int) -> pa.Array:
     """``rows`` null header lists holding no child values. (``pa.nulls`` gives the children buffers
     of ``rows`` slots: 8 bytes more per record in every batch sent and stored, and a slice of it
-    carries its parent's whole buffers over the wire.) Arrays are immutable, so batches of a usual
-    size share one: building it took a sixth of an append."""
-    return _built_null_headers(rows) if rows <= _CACHED_NULL_HEADERS_ROWS else _build_null_headers(rows)
-
-
-def _build_null_headers(rows: int) -> pa.Array:
-    offsets = pa.array(np.zeros(rows + 1, dtype=np.int32))
-    empty = pa.array([], HEADER_TYPE.value_type)
-    return pa.ListArray.from_arrays(offsets, empty, type=HEADER_TYPE, mask=pa.array(np.ones(rows, dtype=bool)))
-
-
-_built_null_headers = functools.lru_cache(maxsize=32)(_build_null_headers)
+    carries its parent's whole buffers over the wire.) Its validity bitmap (all null) and offsets
+    (all 0) are slices of one shared buffer of zeros: no allocation per batch, whatever its size
+    (building the arrays took a sixth of an append; a cache by size missed on every odd size)."""
+    zeros = _SHARED_ZEROS if rows <= _SHARED_ZEROS_ROWS else pa.py_buffer(bytes(4 * (rows + 1)))
+    return pa.Array.from_buffers(
+        HEADER_TYPE,
+        rows,
+        [zeros.slice(0, (rows + 7) // 8), zeros.slice(0, 4 * (rows + 1))],
+        null_count=rows,
+        children=[_EMPTY_HEADER_ENTRIES],
+    )
 
 
 def _as_headers(column: pa.Array | None, rows: int) -> pa.Array:

@@ -65,30 +65,28 @@ class _Flush:
         self.partition_errors: dict[int, BaseException] = {}  # a partition's rows failed, others did not
 
 
-class ProduceFuture:
-    """The future of one ``send()``: ``result()`` gives its :class:`RecordMetadata`."""
+class ProduceFuture(tuple[_Flush, int]):
+    """The future of one ``send()``: ``result()`` gives its :class:`RecordMetadata`. (A tuple of its
+    group's fate and its row in the group: built by ``tuple``'s own constructor, as ``send()``
+    makes one per record.)"""
 
-    __slots__ = ("_flush", "_index")
-
-    def __init__(self, flush: _Flush, index: int) -> None:
-        self._flush = flush
-        self._index = index
+    __slots__ = ()
 
     def done(self) -> bool:
-        return self._flush.done.is_set()
+        return self[0].done.is_set()
 
     def result(self, timeout: float | None = None) -> RecordMetadata:
-        if not self._flush.done.wait(timeout):
+        flush, index = self
+        if not flush.done.wait(timeout):
             raise TimeoutError("the record was not acknowledged in time")
-        if self._flush.error is not None:
-            raise self._flush.error
-        assert self._flush.partitions is not None and self._flush.offsets is not None
-        failed = self._flush.partition_errors.get(int(self._flush.partitions[self._index]))
+        if flush.error is not None:
+            raise flush.error
+        assert flush.partitions is not None and flush.offsets is not None
+        partition = int(flush.partitions[index])
+        failed = flush.partition_errors.get(partition)
         if failed is not None:
             raise failed
-        return RecordMetadata(
-            self._flush.topic, int(self._flush.partitions[self._index]), int(self._flush.offsets[self._index])
-        )
+        return RecordMetadata(flush.topic, partition, int(flush.offsets[index]))
 
 
 class _Accumulator:
@@ -163,37 +161,41 @@ class _PartitionStream:
         self._value_type = value_schema.arrow_type if value_schema is not None else pa.binary()
         self._writer: Any = None
         self._reader: Any = None
-        self._jobs: queue.SimpleQueue[tuple[pa.RecordBatch, int, concurrent.futures.Future[Any]] | None] = (
-            queue.SimpleQueue()
-        )
+        # one batch at a time (its lane waits for each): a job in, then its outcome out, through
+        # C-level queues (a Future per batch cost a Condition and its Python locking each way)
+        self._jobs: queue.SimpleQueue[tuple[pa.RecordBatch, int] | None] = queue.SimpleQueue()
+        self._outcomes: queue.SimpleQueue[tuple[int, int] | BaseException] = queue.SimpleQueue()
         self._thread = threading.Thread(target=self._run, name=f"sparklog-put-{topic}-{partition}", daemon=True)
         self._thread.start()
 
     def send(self, batch: pa.RecordBatch, sequence: int, timeout: float) -> tuple[int, int]:
         """Write one batch and wait at most ``timeout`` seconds for its acknowledgement: (base
-        offset, last offset), or (-1, -1) with ``acks=0``."""
-        done: concurrent.futures.Future[tuple[int, int]] = concurrent.futures.Future()
-        self._jobs.put((batch, sequence, done))
+        offset, last offset), or (-1, -1) with ``acks=0``. After a timeout the stream is not used
+        again (its late outcome is never read)."""
+        self._jobs.put((batch, sequence))
         try:
-            return done.result(max(timeout, 0.0))
-        except concurrent.futures.TimeoutError:
+            outcome = self._outcomes.get(timeout=max(timeout, 0.0))
+        except queue.Empty:
             raise RequestTimedOut(
                 f"broker {self.broker.broker_id} did not acknowledge a produce request within {timeout:.1f} s"
             ) from None
+        if isinstance(outcome, BaseException):
+            raise outcome
+        return outcome
 
     def _run(self) -> None:
         while (job := self._jobs.get()) is not None:
-            batch, sequence, done = job
             try:
-                done.set_result(self._send_now(batch, sequence))
+                outcome: tuple[int, int] | BaseException = self._send_now(*job)
             except BaseException as exc:  # handed to the waiting caller
-                done.set_exception(exc)
+                outcome = exc
+            self._outcomes.put(outcome)
         self._close_now()
 
     def _send_now(self, batch: pa.RecordBatch, sequence: int) -> tuple[int, int]:
         if self._writer is None:
             self._writer, self._reader = self._client.do_put(self._descriptor, wire_schema(self._value_type))
-        self._writer.write_with_metadata(batch, pa.py_buffer(wire.encode({"sequence": sequence})))
+        self._writer.write_with_metadata(batch, pa.py_buffer(b'{"sequence":%d}' % sequence))
         if self.acks == "0":
             return -1, -1
         ack = self._reader.read()
@@ -378,7 +380,9 @@ class Producer:
             raise InvalidRequest(f"partition must be >= 0, got {partition}")
         if timestamp is None:
             timestamp = time_ns() // 1_000_000
-        with self._lock:
+        lock = self._lock
+        lock.acquire()  # cheaper than ``with`` on this path, which runs once per record
+        try:
             acc = self._pending.get(topic)
             if acc is None:
                 acc = self._pending[topic] = _Accumulator(topic)
@@ -391,11 +395,13 @@ class Producer:
             if value:
                 acc.bytes += len(value)
             full = n >= self.batch_records or acc.bytes >= self.batch_bytes
+        finally:
+            lock.release()
         # a new group starts its linger, or must leave now; is_set() first: a full group stays full
         # until the sender takes it, and Event.set() costs a Condition round every call
         if (n == 1 or full or not self.linger_s) and not self._wake.is_set():
             self._wake.set()
-        return ProduceFuture(acc.flush, n - 1)
+        return ProduceFuture((acc.flush, n - 1))
 
     def _run_sender(self) -> None:
         while True:
