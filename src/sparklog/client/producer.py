@@ -195,7 +195,7 @@ class _PartitionStream:
     def _send_now(self, batch: pa.RecordBatch, sequence: int) -> tuple[int, int]:
         if self._writer is None:
             self._writer, self._reader = self._client.do_put(self._descriptor, wire_schema(self._value_type))
-        self._writer.write_with_metadata(batch, pa.py_buffer(b'{"sequence":%d}' % sequence))
+        self._writer.write_with_metadata(batch, pa.py_buffer(wire.encode({"sequence": sequence})))
         if self.acks == "0":
             return -1, -1
         ack = self._reader.read()
