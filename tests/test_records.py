@@ -3,6 +3,7 @@ offsets), built from records sent one by one or from user tables."""
 
 from __future__ import annotations
 
+import numpy as np
 import pyarrow as pa
 
 from sparklog.records import (
@@ -45,3 +46,27 @@ def test_wire_batches_are_passed_through_and_other_input_is_normalized() -> None
     assert missing.schema.equals(wire_schema())
     filled = to_wire_batch(missing)
     assert filled.column("timestamp").null_count == 0 and filled.column("timestamp")[1].value == 3
+
+
+def test_rows_without_headers_get_valid_null_header_lists_of_any_size() -> None:
+    # small sizes share one buffer of zeros; sizes past it get their own: all must be valid, all
+    # null, and travel as small as lists built the plain way (no child slots, no parent buffers)
+    schema = pa.schema([pa.field("headers", HEADER_TYPE)])
+
+    def ipc_size(column: pa.Array) -> int:
+        sink = pa.BufferOutputStream()
+        with pa.ipc.new_stream(sink, schema) as writer:
+            writer.write_batch(pa.record_batch([column], schema=schema))
+        return sink.getvalue().size
+
+    for rows in (0, 1, 17, 10_000, (1 << 17) + 3):
+        column = wire_batch_of_rows([1] * rows, None, pa.array([b"v"] * rows), None).column("headers")
+        column.validate(full=True)
+        plain = pa.ListArray.from_arrays(
+            pa.array(np.zeros(rows + 1, dtype=np.int32)),
+            pa.array([], HEADER_TYPE.value_type),
+            type=HEADER_TYPE,
+            mask=pa.array(np.ones(rows, dtype=bool)),
+        )
+        assert column.null_count == rows and column.equals(plain)
+        assert ipc_size(column) == ipc_size(plain)
