@@ -39,6 +39,13 @@ class DuplicateSequence(OutOfOrderSequence):
     code = "DUPLICATE_SEQUENCE"
 
 
+class InvalidTimestamp(InvalidRecord):
+    """A record's timestamp is further from the broker's clock than the topic allows
+    (``message.timestamp.before.max.ms`` / ``message.timestamp.after.max.ms``, KIP-937)."""
+
+    code = "INVALID_TIMESTAMP"
+
+
 class RecordTooLarge(SparklogError):
     """A record batch is larger than the topic's ``max.message.bytes``."""
 
@@ -121,6 +128,45 @@ class InvalidRequest(SparklogError):
     """A malformed request (bad option, bad argument)."""
 
     code = "INVALID_REQUEST"
+
+
+class InvalidTopic(InvalidRequest):
+    """A topic name breaks the naming rule, or names a topic reserved for sparklog's own use."""
+
+    code = "INVALID_TOPIC"
+
+
+class InvalidGroupId(InvalidRequest):
+    """A consumer group name breaks the naming rule."""
+
+    code = "INVALID_GROUP_ID"
+
+
+class InvalidPartitions(InvalidRequest):
+    """A partition count is out of range (below 1, or above the broker's ``num.partitions.max``)."""
+
+    code = "INVALID_PARTITIONS"
+
+
+class PolicyViolation(InvalidRequest):
+    """The request breaks a rule of the cluster (an internal topic with settings sparklog did not give it)."""
+
+    code = "POLICY_VIOLATION"
+
+
+class TooManyRequests(SparklogError):
+    """The broker refused the call: the client address has too many calls open at once
+    (``max.connections.per.ip``); retry after some of them finished."""
+
+    code = "TOO_MANY_REQUESTS"
+    retriable = True
+
+
+class UnknownServerError(SparklogError):
+    """The broker failed in a way it did not expect; the details are in the broker's log (never sent
+    to clients)."""
+
+    code = "UNKNOWN_SERVER_ERROR"
 
 
 def _all_error_types() -> dict[str, type[SparklogError]]:
