@@ -21,6 +21,10 @@ class TopicConfig:
     """The settings of one topic. Field names are Kafka's config names with ``.`` replaced by ``_``.
 
     ``-1`` means "no limit" for ``retention_ms``, ``retention_bytes``, ``flush_messages`` and ``flush_ms``.
+
+    ``segment.ms`` is at least 1000: every roll starts a segment (three files and a memory map), so a
+    tiny value turns a busy topic into one segment per append, churning files for nothing.
+    ``segment.bytes`` is at least 1024 (tests rely on segments that small).
     """
 
     retention_ms: int = 7 * _DAY_MS
@@ -30,12 +34,19 @@ class TopicConfig:
     cleanup_policy: str = "delete"
     delete_retention_ms: int = _DAY_MS
     min_insync_replicas: int = 1
-    max_message_bytes: int = 64 << 20
+    # 16 MiB: a 10,000-record batch (the producer's batch_records, the sink's batchRecords) of
+    # records up to ~1.6 KB, while one request's memory stays bounded (Kafka's 1 MB is for its
+    # small per-partition batches; ours are columnar and larger)
+    max_message_bytes: int = 16 << 20
     compression: str = "none"
     flush_messages: int = -1
     flush_ms: int = -1
     index_interval_bytes: int = 4096
     message_timestamp_type: str = "CreateTime"
+    # KIP-937: how far a CreateTime timestamp may lie before / after the broker's clock (Kafka 4's
+    # defaults: no bound before, one hour after; a record dated years ahead would hold retention)
+    message_timestamp_before_max_ms: int = (1 << 63) - 1
+    message_timestamp_after_max_ms: int = 3_600_000
     unclean_leader_election_enable: bool = False
     schema_compatibility: str = "BACKWARD"
 
@@ -50,11 +61,13 @@ class TopicConfig:
                 raise InvalidConfig(f"{name} must be -1 (no limit) or >= 0, got {value}")
         for name, low in (
             ("segment.bytes", 1024),
-            ("segment.ms", 1),
+            ("segment.ms", 1000),
             ("delete.retention.ms", 0),
             ("min.insync.replicas", 1),
             ("max.message.bytes", 1),
             ("index.interval.bytes", 0),
+            ("message.timestamp.before.max.ms", 0),
+            ("message.timestamp.after.max.ms", 0),
         ):
             value = getattr(self, _attr(name))
             if value < low:

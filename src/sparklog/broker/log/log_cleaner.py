@@ -8,6 +8,7 @@ leaves either the old or the new segment file, both valid; missing indexes are r
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
 from collections.abc import Callable
 
@@ -22,6 +23,9 @@ from sparklog.broker.log.segment import (
     header_for,
     segment_path,
 )
+from sparklog.errors import CorruptRecord
+
+log_ = logging.getLogger(__name__)
 
 
 @dataclasses.dataclass
@@ -31,11 +35,25 @@ class CleanResult:
     segments_cleaned: int = 0
     records_before: int = 0
     records_after: int = 0
+    segments_skipped: int = 0  # left alone: they hold a batch that cannot be read
 
 
-def _latest_offsets(log: PartitionLog) -> pa.Array:
-    """The offset of the last record of every key in the whole log (active segment included)."""
-    tables = [pa.table({"key": b.column(2), "offset": b.column(0)}) for b in log.iter_batches() if b.num_rows]
+def _latest_offsets(log: PartitionLog, damaged: set[int]) -> pa.Array:
+    """The offset of the last record of every key in the whole log (active segment included).
+    Segments holding a batch that cannot be read are added to ``damaged`` (by base offset); their
+    readable batches still count (a key whose latest record is unreadable keeps older ones: safe)."""
+    tables = []
+    for segment in list(log.segments):
+
+        def report(position: int, exc: CorruptRecord, segment: LogSegment = segment) -> None:
+            damaged.add(segment.base_offset)
+            log_.error(
+                "%s: segment %s, batch at position %s is corrupt: %s", log.directory, segment.base_offset, position, exc
+            )
+
+        for stored in segment.batches(on_corrupt=report):
+            if stored.batch.num_rows:
+                tables.append(pa.table({"key": stored.batch.column(2), "offset": stored.batch.column(0)}))
     if not tables:
         return pa.array([], pa.int64())
     latest = pa.concat_tables(tables).group_by("key").aggregate([("offset", "max")])
@@ -47,17 +65,23 @@ def compact(log: PartitionLog, crash_hook: Callable[[str], None] | None = None) 
 
     ``crash_hook(step)`` is called between the steps of each swap (``"written"``,
     ``"indexes-removed"``, ``"swapped"``): tests raise from it to simulate a crash there.
+    A segment holding a batch that cannot be read (:class:`CorruptRecord`) is left as it is and
+    reported in the broker's log; ``CleanResult.segments_skipped`` counts them.
     """
     result = CleanResult()
     if not log.config.compacted:
         return result
     hook = crash_hook or (lambda step: None)
     with log.lock:
-        latest = _latest_offsets(log)
+        damaged: set[int] = set()
+        latest = _latest_offsets(log, damaged)
         tombstone_horizon = log.clock() - log.config.delete_retention_ms
         work = log.directory / CLEANING_DIR
         work.mkdir(exist_ok=True)
         for segment in list(log.segments[:-1]):
+            if segment.base_offset in damaged:
+                result.segments_skipped += 1
+                continue
             kept_batches = []
             before = 0
             for stored in segment.batches():

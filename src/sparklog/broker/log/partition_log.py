@@ -23,12 +23,13 @@ import numpy as np
 import pyarrow as pa
 
 from sparklog.broker.log.batch_codec import BatchHeader
+from sparklog.broker.log.batch_validation import check_produced, check_replicated
 from sparklog.broker.log.leader_epoch_cache import LeaderEpochCache
 from sparklog.broker.log.producer_state import ProducerStateTable
 from sparklog.broker.log.segment import SEGMENT_SUFFIX, LogSegment, delete_segment_files, header_for
 from sparklog.config import TopicConfig
-from sparklog.errors import CorruptRecord, InvalidRecord, LogClosed, OffsetOutOfRange, RecordTooLarge
-from sparklog.records import TIMESTAMP_TYPE, column_max, int64_column, to_record_batch, versioned_schema
+from sparklog.errors import CorruptRecord, InvalidRecord, InvalidTimestamp, LogClosed, OffsetOutOfRange, RecordTooLarge
+from sparklog.records import TIMESTAMP_TYPE, column_max, int64_column, int64_values, to_record_batch, versioned_schema
 from sparklog.records import now_ms as wall_clock_ms
 
 CLEAN_SHUTDOWN_FILE = "clean-shutdown"
@@ -192,10 +193,14 @@ class PartitionLog:
         """Append records (columns ``key``, ``value``, optional ``timestamp`` and ``headers``) as one
         batch with the next contiguous offsets; returns where they landed.
 
-        Bad input raises :class:`InvalidRecord` or :class:`RecordTooLarge` and stores nothing.
+        Bad input raises :class:`InvalidRecord` (:class:`InvalidTimestamp` for a timestamp out of the
+        topic's bounds) or :class:`RecordTooLarge` and stores nothing. A batch or table is fully
+        validated (:func:`check_produced`) before anything reads its values.
         """
         now = self.clock()
         schema = self.schema
+        if isinstance(data, pa.RecordBatch | pa.Table):
+            check_produced(data, self.config.max_message_bytes)
         batch = to_record_batch(data, self.value_type, now)
         if schema.metadata:
             batch = batch.replace_schema_metadata(schema.metadata)
@@ -204,6 +209,8 @@ class PartitionLog:
             batch = batch.set_column(
                 1, self.schema.field(1), int64_column(np.full(batch.num_rows, now), TIMESTAMP_TYPE)
             )
+        else:
+            self._check_timestamps(batch.column(1), now)
         max_ts = column_max(batch.column(1))
         with self.lock:
             self._check_open()
@@ -227,9 +234,10 @@ class PartitionLog:
         return AppendInfo(base, header.last_offset, batch.num_rows, max_ts)
 
     def append_replica(self, batch: pa.RecordBatch, header: BatchHeader) -> None:
-        """Append a batch that already has offsets (a follower copying its leader's log)."""
-        if not batch.schema.equals(self.schema) and not any(batch.schema.equals(s) for s in self.known_schemas):
-            raise InvalidRecord(f"replicated batch schema {batch.schema} is not a schema of this topic")
+        """Append a batch that already has offsets (a follower copying its leader's log); refused
+        (:class:`InvalidRecord`) unless it is one of the topic's schemas, valid, and agrees with
+        its header: a follower never stores what it could not read back."""
+        check_replicated(batch, header, self.known_schemas)
         now = self.clock()
         with self.lock:
             self._check_open()
@@ -260,6 +268,22 @@ class PartitionLog:
             )
         if self.config.compacted and batch.column(2).null_count:
             raise InvalidRecord("records of a compacted topic (cleanup.policy=compact) must have a key")
+
+    def _check_timestamps(self, timestamps: pa.Array, now: int) -> None:
+        """KIP-937: refuse CreateTime timestamps further than the topic allows from ``now``."""
+        cfg = self.config
+        values = int64_values(timestamps)
+        early, late = int(values.min()), int(values.max())
+        if late - now > cfg.message_timestamp_after_max_ms:
+            raise InvalidTimestamp(
+                f"timestamp {late} is {late - now} ms after the broker's clock; "
+                f"message.timestamp.after.max.ms={cfg.message_timestamp_after_max_ms}"
+            )
+        if now - early > cfg.message_timestamp_before_max_ms:
+            raise InvalidTimestamp(
+                f"timestamp {early} is {now - early} ms before the broker's clock; "
+                f"message.timestamp.before.max.ms={cfg.message_timestamp_before_max_ms}"
+            )
 
     def _check_open(self) -> None:
         if self.closed:

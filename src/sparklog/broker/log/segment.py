@@ -9,7 +9,7 @@ from __future__ import annotations
 import concurrent.futures
 import functools
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +30,7 @@ from sparklog.broker.log.batch_codec import (
     read_schema,
     scan_batches,
 )
+from sparklog.broker.log.batch_validation import check_stored
 from sparklog.broker.log.offset_index import OffsetIndex
 from sparklog.broker.log.time_index import TimeIndex
 from sparklog.errors import CorruptRecord
@@ -79,6 +80,10 @@ class LogSegment:
         self.max_timestamp = -1
         self.first_batch_timestamp: int | None = None
         self.recovered_bytes = 0
+        # batches known to pass full validation: everything below ``_valid_end`` (appended by this
+        # process, or validated when first read), and further ones read out of order (start -> end)
+        self._valid_end = 0
+        self._valid_ahead: dict[int, int] = {}
         self._encoder: BatchEncoder | None = None
         self._bytes_since_index = 0
         self._fd = -1
@@ -203,6 +208,7 @@ class LogSegment:
         self.first_batch_timestamp = None
         self.next_offset = self.base_offset
         self.max_timestamp = -1
+        self._valid_end, self._valid_ahead = self.first_position, {}
         end = self.first_position
         for stored in scan_batches(data, self.schema, self.first_position, verify=True):
             if stored.header.base_offset < self.next_offset:
@@ -241,6 +247,7 @@ class LogSegment:
             encoded.seal()
             self._write_at(encoded.pieces(), head + body, position)
         self.size = position + head + body
+        self._mark_valid(position, self.size)  # the log validated it before encoding
         self._index(header, position, head + body)
         return head + body
 
@@ -285,7 +292,7 @@ class LogSegment:
                 keep_end = end
                 continue
             if header.base_offset < offset:
-                batch = decode_message(message, self.schema, position)
+                batch = self._decode(message, header, position, end)
                 straddler = batch.filter(pc.less(batch.column(0), offset))
             break
         self._replace_with_prefix(keep_end)
@@ -305,6 +312,26 @@ class LogSegment:
         self._fd = os.open(self.path, os.O_RDWR)
         self.size = length
         self._data = None
+
+    def _decode(self, message: ipc.Message, header: BatchHeader, position: int, end: int) -> pa.RecordBatch:
+        """A stored batch's records, fully validated the first time this process decodes it
+        (:class:`CorruptRecord` if it fails: never handed on to code that could crash on it)."""
+        batch = decode_message(message, self.schema, position)
+        if not self._known_valid(position):
+            check_stored(batch, header)
+            self._mark_valid(position, end)
+        return batch
+
+    def _known_valid(self, position: int) -> bool:
+        return self.first_position <= position < self._valid_end or position in self._valid_ahead
+
+    def _mark_valid(self, position: int, end: int) -> None:
+        if position == self._valid_end or (position == self.first_position and self._valid_end < position):
+            self._valid_end = end
+            while (following := self._valid_ahead.pop(self._valid_end, None)) is not None:
+                self._valid_end = following
+        elif position > self._valid_end and len(self._valid_ahead) < 65_536:
+            self._valid_ahead[position] = end
 
     def _start_position(self, offset: int) -> int:
         entry = self.offset_index.lookup(offset)
@@ -346,7 +373,7 @@ class LogSegment:
                 return out, taken, True
             if taken + (end - position) > max_bytes and (out or not at_least_one):
                 return out, taken, False
-            batch = decode_message(message, self.schema, position)
+            batch = self._decode(message, header, position, end)
             if upto is not None and header.last_offset >= upto:
                 batch = batch.filter(pc.less(batch.column(0), upto))
                 header = header_for(batch, header.leader_epoch, header.producer_id, header.producer_seq)
@@ -361,10 +388,10 @@ class LogSegment:
         start = self.time_index.search_start(timestamp)
         position = self._start_position(start) if start is not None else self.first_position
         data = self._map()
-        for header, pos, _end, message in self._messages(data, position):
+        for header, pos, end, message in self._messages(data, position):
             if header.max_timestamp < timestamp:
                 continue
-            batch = decode_message(message, self.schema, pos)
+            batch = self._decode(message, header, pos, end)
             ts = batch.column(1).cast(pa.int64())
             hits = pc.indices_nonzero(pc.greater_equal(ts, timestamp))
             if len(hits):
@@ -377,12 +404,29 @@ class LogSegment:
         for header, _position, _end, _message in self._messages(data, self.first_position):
             yield header
 
-    def batches(self, verify: bool = False) -> Iterator[StoredBatch]:
-        """Every batch of the segment, in order."""
+    def batches(
+        self, verify: bool = False, on_corrupt: Callable[[int, CorruptRecord], None] | None = None
+    ) -> Iterator[StoredBatch]:
+        """Every batch of the segment, in order. A batch that cannot be decoded or fails validation
+        raises :class:`CorruptRecord`, or with ``on_corrupt`` is reported there (with its file
+        position) and skipped, as long as the message framing still says where the next one starts."""
         data = self._map()
         position = self.first_position
         while position < data.size:
-            stored = read_batch_at(data, position, self.schema, verify=verify)
+            try:
+                stored = read_batch_at(data, position, self.schema, verify=verify)
+                if not self._known_valid(position):
+                    check_stored(stored.batch, stored.header)
+                    self._mark_valid(position, stored.end)
+            except CorruptRecord as exc:
+                if on_corrupt is None:
+                    raise
+                on_corrupt(position, exc)
+                try:
+                    position = read_message_at(data, position)[2]
+                except CorruptRecord:
+                    return  # no framing left to find the next batch by
+                continue
             yield stored
             position = stored.end
 
