@@ -79,9 +79,16 @@ def decode(data: bytes | memoryview | Any) -> dict[str, Any]:
     return json.loads(raw)
 
 
+MAX_ERROR_MESSAGE = 1000  # characters: messages quote what a request held, which may be anything
+
+
 def to_flight_error(exc: SparklogError) -> flight.FlightServerError:
-    """A typed sparklog error as the Flight error a broker raises."""
-    return flight.FlightServerError(f"{ERROR_PREFIX}{exc.code}:{exc}")
+    """A typed sparklog error as the Flight error a broker raises (its message cut to
+    ``MAX_ERROR_MESSAGE`` characters)."""
+    message = str(exc)
+    if len(message) > MAX_ERROR_MESSAGE:
+        message = message[: MAX_ERROR_MESSAGE - 3] + "..."
+    return flight.FlightServerError(f"{ERROR_PREFIX}{exc.code}:{message}")
 
 
 def from_flight_error(exc: Exception, where: str = "") -> SparklogError:

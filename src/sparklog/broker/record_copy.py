@@ -12,6 +12,12 @@ values as the ``schema_version`` they were staged in (evolved to its latest vers
 
 With ``acks=all`` the answer waits until every target's high watermark covers its slices (one wait
 per target after all appends, not one per slice).
+
+Bounded work per call: at most ``MAX_SLICES`` slices; a slice is read in chunks of ``READ_BYTES``
+and refused (:class:`RecordTooLarge`) as soon as it outgrows its target's ``max.message.bytes`` (it
+becomes one batch there); and once the slices copied by a call add up to ``MAX_COPY_BYTES`` the call
+stops and answers for those only: the client sends the rest again (a small request cannot make the
+broker write without bound).
 """
 
 from __future__ import annotations
@@ -23,15 +29,17 @@ import numpy as np
 import pyarrow as pa
 
 from sparklog.broker.typed_values import conform_produced
-from sparklog.errors import DuplicateSequence, InvalidRequest, OffsetOutOfRange
+from sparklog.errors import DuplicateSequence, InvalidRequest, OffsetOutOfRange, RecordTooLarge
+from sparklog.names import check_topic_name
 from sparklog.records import offsets_of
 
 if TYPE_CHECKING:
     from sparklog.broker.broker import Broker
     from sparklog.broker.partition import Partition
 
-READ_BYTES = 16 << 20
+READ_BYTES = 4 << 20
 MAX_SLICES = 1024
+MAX_COPY_BYTES = 64 << 20  # copied per call; the answer then covers the slices done so far
 
 
 @dataclasses.dataclass(frozen=True)
@@ -64,7 +72,8 @@ class CopySlice:
             raise InvalidRequest(f"a copy slice needs {exc.args[0]!r}: {item!r}") from None
         ints = (made.first, made.last, made.partition, made.producer_id, made.sequence)
         if not all(isinstance(v, int) and not isinstance(v, bool) for v in ints) or not isinstance(made.topic, str):
-            raise InvalidRequest(f"a copy slice has a field of the wrong type: {item!r}")
+            raise InvalidRequest(f"a copy slice has a field of the wrong type: {str(item)[:200]}")
+        check_topic_name(made.topic)
         if made.schema_version is not None and not isinstance(made.schema_version, int):
             raise InvalidRequest(f"'schema_version' must be an integer, got {made.schema_version!r}")
         if made.first < 0 or made.last < made.first:
@@ -72,9 +81,10 @@ class CopySlice:
         return made
 
 
-def read_range(source: Partition, first: int, last: int) -> pa.RecordBatch:
+def read_range(source: Partition, first: int, last: int, max_bytes: int) -> pa.RecordBatch:
     """The source's records ``first..last`` as one batch of the produce layout (no offsets), all
-    of them below the high watermark (OffsetOutOfRange otherwise: a gap, or not yet committed)."""
+    of them below the high watermark (OffsetOutOfRange otherwise: a gap, or not yet committed),
+    read in chunks and refused (:class:`RecordTooLarge`) once they pass ``max_bytes``."""
     plog = source.log
     hw = source.high_watermark
     if last >= hw:
@@ -82,6 +92,7 @@ def read_range(source: Partition, first: int, last: int) -> pa.RecordBatch:
             f"{source.topic}-{source.partition} offsets {first}..{last} are not all below its high watermark {hw}"
         )
     pieces: list[pa.RecordBatch] = []
+    size = 0
     offset = first
     while offset <= last:
         stored = plog.read_stored(offset, READ_BYTES, upto=last + 1)
@@ -92,7 +103,14 @@ def read_range(source: Partition, first: int, last: int) -> pa.RecordBatch:
             lo = int(np.searchsorted(offsets, offset))
             hi = int(np.searchsorted(offsets, last + 1))
             if hi > lo:
-                pieces.append(batch.slice(lo, hi - lo))
+                piece = batch.slice(lo, hi - lo)
+                size += piece.nbytes
+                if size > max_bytes:
+                    raise RecordTooLarge(
+                        f"{source.topic}-{source.partition} offsets {first}..{last} hold more than "
+                        f"{max_bytes} bytes, the target's max.message.bytes: copy them in smaller slices"
+                    )
+                pieces.append(piece)
             offset = max(offset, int(offsets[-1]) + 1)
     rows = sum(p.num_rows for p in pieces)
     if rows != last - first + 1:
@@ -105,12 +123,14 @@ def read_range(source: Partition, first: int, last: int) -> pa.RecordBatch:
 
 def copy_records(broker: Broker, request: dict[str, Any]) -> dict[str, Any]:
     """Run one ``copy_records`` request (see the module docs); the result per slice, in order:
-    ``{"base_offset", "last_offset", "count"}``, offsets -1 for a slice stored before."""
+    ``{"base_offset", "last_offset", "count"}``, offsets -1 for a slice stored before. Past
+    ``MAX_COPY_BYTES`` the results stop early (fewer results than slices: send the rest again)."""
     source_topic, source_p = request.get("topic"), request.get("partition")
-    if not isinstance(source_topic, str) or not isinstance(source_p, int):
+    if not isinstance(source_topic, str) or not isinstance(source_p, int) or isinstance(source_p, bool):
         raise InvalidRequest(
-            f"copy_records needs the source 'topic' and 'partition', got {source_topic!r}, {source_p!r}"
+            f"copy_records needs the source 'topic' and 'partition', got {source_topic!r:.100}, {source_p!r:.40}"
         )
+    check_topic_name(source_topic)
     acks = str(request.get("acks", "all"))
     if acks not in ("1", "all"):
         raise InvalidRequest(f"copy_records acks must be 1 or all, got {acks!r}")
@@ -122,9 +142,13 @@ def copy_records(broker: Broker, request: dict[str, Any]) -> dict[str, Any]:
     targets = {(s.topic, s.partition): broker.leader_partition(s.topic, s.partition, for_write=True) for s in slices}
     results: list[dict[str, int]] = []
     ends: dict[tuple[str, int], int] = {}
+    copied = 0
     for piece in slices:
+        if copied >= MAX_COPY_BYTES:
+            break
         target = targets[(piece.topic, piece.partition)]
-        data = read_range(source, piece.first, piece.last)
+        data = read_range(source, piece.first, piece.last, target.log.config.max_message_bytes)
+        copied += data.nbytes
         value_schemas = broker.value_schemas.get(piece.topic)
         if value_schemas:
             data = conform_produced(data, value_schemas, piece.schema_version)

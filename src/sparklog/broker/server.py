@@ -1,12 +1,17 @@
 """The broker's Arrow Flight service: produce (``do_put``), fetch (``do_get``), and actions.
 
-The contract is in :mod:`sparklog.wire`. Every error leaves as a typed Flight error; garbage on the
-port is gRPC's to refuse; nothing a request does can corrupt a stored log (the log validates input
-before it touches a file).
+The contract is in :mod:`sparklog.wire`. Every error leaves as a typed Flight error; an error the
+broker did not expect is logged here with its traceback and leaves as a short
+``UNKNOWN_SERVER_ERROR`` (no source paths or internals on the wire). Garbage on the port is gRPC's
+to refuse; nothing a request does can corrupt a stored log (the log validates every batch fully
+before it touches a file, :mod:`sparklog.broker.log.batch_validation`). Each client address may
+have ``max_calls_per_ip`` calls open at once (:mod:`sparklog.broker.call_limits`), and a waiting
+fetch notices within a second that its client went away.
 """
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import logging
 from collections.abc import Iterable, Iterator
@@ -16,11 +21,21 @@ import pyarrow as pa
 import pyarrow.flight as flight
 
 from sparklog import fetch_columns, wire
+from sparklog.broker.call_limits import DEFAULT_MAX_CALLS_PER_IP, MIDDLEWARE_KEY, CallLimits, admit
 from sparklog.broker.fetch_follower import FetchFollower, next_offset
 from sparklog.broker.log.batch_codec import BatchHeader
+from sparklog.broker.log.batch_validation import check_produced
 from sparklog.broker.record_copy import copy_records
 from sparklog.broker.typed_values import ConsumerView, conform_produced
-from sparklog.errors import InvalidRecord, InvalidRequest, NotLeader, SparklogError
+from sparklog.errors import (
+    InvalidRecord,
+    InvalidRequest,
+    NotLeader,
+    RecordTooLarge,
+    SparklogError,
+    UnknownServerError,
+)
+from sparklog.names import check_topic_name
 
 if TYPE_CHECKING:
     from sparklog.broker.broker import Broker
@@ -49,6 +64,11 @@ def _str(request: dict[str, Any], name: str) -> str:
     return value
 
 
+def _topic(request: dict[str, Any]) -> str:
+    """The request's topic, checked against the naming rule before it is used as a path anywhere."""
+    return check_topic_name(request.get("topic"))
+
+
 def _coalesced(batches: Iterable[pa.RecordBatch], limit: int = COALESCE_BYTES) -> Iterator[pa.RecordBatch]:
     """Consecutive batches of one schema joined into batches of up to ``limit`` bytes: a Flight
     message (and the consumer's work per batch) costs about the same for 100 records as for
@@ -67,11 +87,39 @@ def _coalesced(batches: Iterable[pa.RecordBatch], limit: int = COALESCE_BYTES) -
         yield pending[0] if len(pending) == 1 else pa.concat_batches(pending)
 
 
+@contextlib.contextmanager
+def _errors_as_flight(what: str) -> Iterator[None]:
+    """Errors of a request as the Flight errors a client turns back into typed ones: sparklog's own
+    as they are; running out of memory for a request as RECORD_TOO_LARGE; anything unexpected
+    logged here (with its traceback) and sent as a short UNKNOWN_SERVER_ERROR."""
+    try:
+        yield
+    except SparklogError as exc:
+        raise wire.to_flight_error(exc) from None
+    except flight.FlightError:
+        raise  # gRPC's own (a cancelled call, a broken stream): nothing of ours in it
+    except (MemoryError, pa.ArrowMemoryError):
+        log.warning("%s needed more memory than the broker could allocate", what)
+        raise wire.to_flight_error(RecordTooLarge(f"{what} needed more memory than the broker has")) from None
+    except Exception as exc:
+        log.exception("unexpected error in %s", what)
+        error = UnknownServerError(f"the broker failed on {what} ({type(exc).__name__}); details are in its log")
+        raise wire.to_flight_error(error) from None
+
+
+def _guarded(what: str, items: Iterator[Any]) -> Iterator[Any]:
+    """A response generator whose errors leave as :func:`_errors_as_flight` sends them."""
+    with _errors_as_flight(what):
+        yield from items
+
+
 def _parse(data: bytes | Any) -> dict[str, Any]:
     try:
         request = wire.decode(data)
     except (ValueError, UnicodeDecodeError) as exc:
-        raise InvalidRequest(f"request is not valid JSON: {exc}") from None
+        raise InvalidRequest(f"request is not valid JSON: {str(exc)[:200]}") from None
+    except RecursionError:
+        raise InvalidRequest("request JSON is nested too deeply") from None
     if not isinstance(request, dict):
         raise InvalidRequest("request must be a JSON object")
     return request
@@ -80,8 +128,9 @@ def _parse(data: bytes | Any) -> dict[str, Any]:
 class BrokerServer(flight.FlightServerBase):
     """Serves one broker's partitions over Arrow Flight."""
 
-    def __init__(self, broker: Broker, location: str) -> None:
-        super().__init__(location)
+    def __init__(self, broker: Broker, location: str, max_calls_per_ip: int = DEFAULT_MAX_CALLS_PER_IP) -> None:
+        self.limits = CallLimits(max_calls_per_ip)
+        super().__init__(location, middleware={MIDDLEWARE_KEY: self.limits})
         self.broker = broker
         self.stopping = False
 
@@ -100,11 +149,12 @@ class BrokerServer(flight.FlightServerBase):
         reader: flight.MetadataRecordBatchReader,
         writer: flight.FlightMetadataWriter,
     ) -> None:
-        try:
+        with _errors_as_flight("a produce request"):
+            admit(context)
             request = _parse(descriptor.command)
             if request.get("type") != wire.PRODUCE:
                 raise InvalidRequest(f"unknown put type {request.get('type')!r}")
-            topic, p = _str(request, "topic"), _int(request, "partition")
+            topic, p = _topic(request), _int(request, "partition")
             acks = str(request.get("acks", "1"))
             if acks not in ("0", "1", "all", "-1"):
                 raise InvalidRequest(f"acks must be 0, 1 or all, got {acks!r}")
@@ -132,7 +182,8 @@ class BrokerServer(flight.FlightServerBase):
                 partition = self.broker.leader_partition(topic, p, for_write=True)
                 data = chunk.data
                 value_schemas = self.broker.value_schemas.get(topic)
-                if value_schemas:
+                if value_schemas:  # fully validated before the conversion reads it (untyped: by the log)
+                    check_produced(data, partition.log.config.max_message_bytes)
                     data = conform_produced(data, value_schemas, writer_version)
                 info = partition.append_as_leader(data, acks, producer_id, sequence, min_isr)
                 if sequence >= 0:
@@ -140,14 +191,13 @@ class BrokerServer(flight.FlightServerBase):
                 if acks != "0":
                     result = {"base_offset": info.base_offset, "last_offset": info.last_offset, "count": info.count}
                     writer.write(pa.py_buffer(wire.encode(result)))
-        except SparklogError as exc:
-            raise wire.to_flight_error(exc) from None
 
     # ----------------------------------------------------------------- fetch
     def do_get(self, context: flight.ServerCallContext, ticket: flight.Ticket) -> flight.FlightDataStream:
-        try:
+        with _errors_as_flight("a fetch request"):
+            admit(context)
             request = _parse(ticket.ticket)
-            topic, p = _str(request, "topic"), _int(request, "partition")
+            topic, p = _topic(request), _int(request, "partition")
             offset = _int(request, "offset")
             max_bytes = min(max(_int(request, "max_bytes", 8 << 20), 1), MAX_FETCH_BYTES)
             max_wait_ms = min(max(_int(request, "max_wait_ms", 0), 0), MAX_WAIT_MS)
@@ -163,7 +213,9 @@ class BrokerServer(flight.FlightServerBase):
             upto = partition.fetch_range_end(replica_id, offset, epoch if isinstance(epoch, int) else None)
             stored = plog.read_stored(offset, max_bytes, upto=upto)
             if not stored and max_wait_ms > 0:
-                partition.await_records(offset, max_wait_ms / 1000, replica_id >= 0, lambda: self.stopping)
+                partition.await_records(
+                    offset, max_wait_ms / 1000, replica_id >= 0, lambda: self.stopping, context.is_cancelled
+                )
                 upto = partition.fetch_range_end(replica_id, offset, epoch if isinstance(epoch, int) else None)
                 stored = plog.read_stored(offset, max_bytes, upto=upto)
             value_schemas = self.broker.value_schemas.get(topic)
@@ -194,11 +246,8 @@ class BrokerServer(flight.FlightServerBase):
                     lambda: self.stopping,
                     context.is_cancelled,
                 )
-            return flight.GeneratorStream(
-                schema, self._fetch_stream(partition, stored, schema, convert, replica_id >= 0, plan, follower)
-            )
-        except SparklogError as exc:
-            raise wire.to_flight_error(exc) from None
+            responses = self._fetch_stream(partition, stored, schema, convert, replica_id >= 0, plan, follower)
+            return flight.GeneratorStream(schema, _guarded("a fetch response", responses))
 
     @staticmethod
     def _fetch_stream(
@@ -237,7 +286,8 @@ class BrokerServer(flight.FlightServerBase):
 
     # ----------------------------------------------------------------- actions
     def do_action(self, context: flight.ServerCallContext, action: flight.Action) -> Iterator[bytes]:
-        try:
+        with _errors_as_flight(f"action {action.type!r}"[:80]):
+            admit(context)
             request = _parse(action.body.to_pybytes()) if action.body.size else {}
             if action.type == wire.PING:
                 result: dict[str, Any] = {"broker_id": self.broker.broker_id}
@@ -250,9 +300,7 @@ class BrokerServer(flight.FlightServerBase):
                     raise NotLeader(f"broker {self.broker.broker_id} is shutting down")
                 result = copy_records(self.broker, request)
             else:
-                raise InvalidRequest(f"unknown action {action.type!r}")
-        except SparklogError as exc:
-            raise wire.to_flight_error(exc) from None
+                raise InvalidRequest(f"unknown action {action.type!r}"[:200])
         return iter([wire.encode(result)])
 
     def list_actions(self, context: flight.ServerCallContext) -> list[tuple[str, str]]:
@@ -264,7 +312,7 @@ class BrokerServer(flight.FlightServerBase):
         ]
 
     def _list_offsets(self, request: dict[str, Any]) -> dict[str, Any]:
-        topic, p = _str(request, "topic"), _int(request, "partition")
+        topic, p = _topic(request), _int(request, "partition")
         partition = self.broker.leader_partition(topic, p)
         plog = partition.log
         result: dict[str, Any] = {
@@ -279,7 +327,7 @@ class BrokerServer(flight.FlightServerBase):
         return result
 
     def _offsets_for_leader_epoch(self, request: dict[str, Any]) -> dict[str, Any]:
-        topic, p = _str(request, "topic"), _int(request, "partition")
+        topic, p = _topic(request), _int(request, "partition")
         partition = self.broker.leader_partition(topic, p)
         plog = partition.log
         with plog.lock:
