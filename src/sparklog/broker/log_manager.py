@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from sparklog.broker.log import PartitionLog, compact
+from sparklog.broker.log.producer_state import DEFAULT_PRODUCER_ID_EXPIRATION_MS
 from sparklog.config import TopicConfig
 from sparklog.records import versioned_schema
 
@@ -18,10 +19,20 @@ if TYPE_CHECKING:
 
 class LogManager:
     """Opens partition logs on first use (recovering them if the broker died), keeps them open,
-    applies retention and compaction, and closes them cleanly on shutdown."""
+    applies retention and compaction, and closes them cleanly on shutdown.
 
-    def __init__(self, data_dir: str | Path) -> None:
+    ``producer_id_expiration_ms`` is Kafka's ``producer.id.expiration.ms``: the maintenance pass
+    forgets a producer id that has not written to a partition for that long (a producer that comes
+    back later is treated as new).
+    """
+
+    def __init__(
+        self, data_dir: str | Path, producer_id_expiration_ms: int = DEFAULT_PRODUCER_ID_EXPIRATION_MS
+    ) -> None:
+        if producer_id_expiration_ms < 1:
+            raise ValueError(f"producer_id_expiration_ms must be >= 1, got {producer_id_expiration_ms}")
         self.data_dir = Path(data_dir)
+        self.producer_id_expiration_ms = producer_id_expiration_ms
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self._logs: dict[tuple[str, int], PartitionLog] = {}
         self._lock = threading.Lock()
@@ -89,15 +100,22 @@ class LogManager:
         shutil.rmtree(self.directory(topic, partition), ignore_errors=True)
 
     def maintain(self) -> None:
-        """One pass of retention, compaction and time-based flushing over the open logs."""
+        """One pass of retention, compaction, producer id expiration and time-based flushing over
+        the open logs."""
         for log in list(self._logs.values()):
             if log.closed:
                 continue
+            self.expire_producers(log)
             log.apply_retention()
             if log.config.compacted:
                 compact(log)
             if log.config.flush_ms >= 0 and log.clock() - log.last_flush_ms >= log.config.flush_ms:
                 log.flush()
+
+    def expire_producers(self, log: PartitionLog) -> int:
+        """Forget the producer ids idle for ``producer_id_expiration_ms`` by the log's clock."""
+        with log.lock:
+            return log.producers.remove_expired(log.clock(), self.producer_id_expiration_ms)
 
     def close(self) -> None:
         with self._lock:

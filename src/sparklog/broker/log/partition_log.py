@@ -134,17 +134,25 @@ class PartitionLog:
                 self.known_schemas.append(self.schema)
 
     def _rebuild_derived_state(self) -> None:
-        """Leader epochs and producer state come from the batch headers (headers only, no decoding)."""
+        """Leader epochs and producer state come from the batch headers (headers only, no decoding).
+        A producer's last write is taken as its batch's max timestamp (as Kafka does), never later
+        than now."""
         self.epochs.clear()
         self.producers.clear()
+        now = self.clock()
         for segment in self.segments:
             for header in segment.headers():
-                self._remember(header)
+                self._remember(header, min(header.max_timestamp, now))
 
-    def _remember(self, header: BatchHeader) -> None:
+    def _remember(self, header: BatchHeader, written_ms: int) -> None:
         self.epochs.assign(header.leader_epoch, header.base_offset)
         self.producers.record(
-            header.producer_id, header.producer_seq, header.count, header.base_offset, header.last_offset
+            header.producer_id,
+            header.producer_seq,
+            header.count,
+            header.base_offset,
+            header.last_offset,
+            last_write_ms=written_ms,
         )
 
     def _drop_from(self, bases: list[int]) -> None:
@@ -255,7 +263,7 @@ class PartitionLog:
         encoded = self.active.encode(batch, header, self.config.compression)
         self._maybe_roll(encoded.size, now, base=header.base_offset)
         self.active.write(encoded, header)
-        self._remember(header)
+        self._remember(header, now)
         self._after_append(batch.num_rows, now)
 
     def _validate(self, batch: pa.RecordBatch) -> None:

@@ -3,16 +3,26 @@ is recognised and answered with its original offsets instead of being appended t
 
 Every stored batch carries its producer id and first sequence (``BatchHeader``), so followers build
 the same table as they replicate, and any replica rebuilds it from its log on open.
+
+Like Kafka's ``producer.id.expiration.ms``, a producer id that wrote nothing for a while is forgotten
+(:meth:`ProducerStateTable.remove_expired`, from the broker's maintenance pass); if it comes back it
+is treated as a new producer. The table is also bounded (``max_producers``, least recently written
+forgotten first) so that a burst of short-lived producers cannot grow it without limit within the
+expiration time.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections import deque
+from collections import OrderedDict, deque
 
 from sparklog.errors import DuplicateSequence, OutOfOrderSequence
 
 BATCHES_KEPT = 5  # like Kafka: a producer has at most this many batches in flight per partition
+DEFAULT_PRODUCER_ID_EXPIRATION_MS = 86_400_000  # Kafka's producer.id.expiration.ms: one day
+# A safety net under the expiration (Kafka has none and KIP-936 was written after brokers ran out
+# of memory on many short-lived producers): ~1 KB an entry at most, so ~10 MB a partition.
+MAX_PRODUCERS = 10_000
 
 
 @dataclasses.dataclass(frozen=True)
@@ -23,19 +33,38 @@ class ProducerBatch:
     last_offset: int
 
 
-class ProducerStateTable:
-    """Producer id -> its last few batches in this partition."""
+class _Producer:
+    __slots__ = ("batches", "last_write_ms")
 
-    def __init__(self) -> None:
-        self._producers: dict[int, deque[ProducerBatch]] = {}
+    def __init__(self, last_write_ms: int) -> None:
+        self.batches: deque[ProducerBatch] = deque(maxlen=BATCHES_KEPT)
+        self.last_write_ms = last_write_ms
+
+
+class ProducerStateTable:
+    """Producer id -> its last few batches in this partition and when it last wrote, least
+    recently written first."""
+
+    def __init__(self, max_producers: int = MAX_PRODUCERS) -> None:
+        if max_producers < 1:
+            raise ValueError(f"max_producers must be >= 1, got {max_producers}")
+        self.max_producers = max_producers
+        self._producers: OrderedDict[int, _Producer] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._producers)
+
+    def __contains__(self, producer_id: object) -> bool:
+        return producer_id in self._producers
 
     def duplicate_of(self, producer_id: int, first_sequence: int, count: int) -> ProducerBatch | None:
         """The stored batch this one repeats, None if it is new; raises on a gap in sequences."""
         if producer_id < 0 or first_sequence < 0:
             return None
-        batches = self._producers.get(producer_id)
-        if not batches:
-            return None
+        producer = self._producers.get(producer_id)
+        if producer is None or not producer.batches:
+            return None  # unknown (never seen, expired or evicted): a new producer
+        batches = producer.batches
         for batch in batches:
             if batch.first_sequence == first_sequence and batch.last_sequence == first_sequence + count - 1:
                 return batch
@@ -48,19 +77,50 @@ class ProducerStateTable:
             raise OutOfOrderSequence(f"producer {producer_id} sent sequence {first_sequence}, expected {last + 1}")
         return None
 
-    def record(self, producer_id: int, first_sequence: int, count: int, base_offset: int, last_offset: int) -> None:
-        """Remember a batch that was just stored (appended or replicated)."""
+    def record(
+        self,
+        producer_id: int,
+        first_sequence: int,
+        count: int,
+        base_offset: int,
+        last_offset: int,
+        *,
+        last_write_ms: int,
+    ) -> None:
+        """Remember a batch that was just stored (appended or replicated) at ``last_write_ms``."""
         if producer_id < 0 or first_sequence < 0:
             return
-        batches = self._producers.setdefault(producer_id, deque(maxlen=BATCHES_KEPT))
-        batches.append(ProducerBatch(first_sequence, first_sequence + count - 1, base_offset, last_offset))
+        producers = self._producers
+        producer = producers.get(producer_id)
+        if producer is None:
+            while len(producers) >= self.max_producers:
+                producers.popitem(last=False)  # the least recently written
+            producer = producers[producer_id] = _Producer(last_write_ms)
+        else:
+            producers.move_to_end(producer_id)
+            producer.last_write_ms = max(producer.last_write_ms, last_write_ms)
+        producer.batches.append(ProducerBatch(first_sequence, first_sequence + count - 1, base_offset, last_offset))
+
+    def remove_expired(self, now_ms: int, expiration_ms: int) -> int:
+        """Forget every producer whose last write is ``expiration_ms`` or more before ``now_ms``
+        (Kafka's ``removeExpiredProducers``); returns how many were forgotten."""
+        horizon = now_ms - expiration_ms
+        expired = [pid for pid, producer in self._producers.items() if producer.last_write_ms <= horizon]
+        for pid in expired:
+            del self._producers[pid]
+        return len(expired)
+
+    def last_write_ms(self, producer_id: int) -> int | None:
+        producer = self._producers.get(producer_id)
+        return None if producer is None else producer.last_write_ms
 
     def truncate(self, offset: int) -> None:
         """Forget batches at or after ``offset`` (the log was truncated)."""
         for producer_id in list(self._producers):
-            kept = deque((b for b in self._producers[producer_id] if b.last_offset < offset), maxlen=BATCHES_KEPT)
+            producer = self._producers[producer_id]
+            kept = [b for b in producer.batches if b.last_offset < offset]
             if kept:
-                self._producers[producer_id] = kept
+                producer.batches = deque(kept, maxlen=BATCHES_KEPT)
             else:
                 del self._producers[producer_id]
 
