@@ -100,9 +100,16 @@ class BrokerProcess:
     """One broker subprocess with a fixed id, data dir and port (kept across restarts)."""
 
     def __init__(
-        self, broker_id: int, data_dir: Path, zookeeper: str, processes: ProcessGroup, port: int | None = None
+        self,
+        broker_id: int,
+        data_dir: Path,
+        zookeeper: str,
+        processes: ProcessGroup,
+        port: int | None = None,
+        extra_args: tuple[str, ...] = (),
     ) -> None:
         self.broker_id = broker_id
+        self.extra_args = list(extra_args)  # broker settings (``--max-connections-per-ip 20``)
         self.data_dir = Path(data_dir)
         self.zookeeper = zookeeper
         self.processes = processes
@@ -129,7 +136,7 @@ class BrokerProcess:
         marker = f"=== start {self.starts} ===\n"
         with open(self.log_path, "a") as log:
             log.write(marker)
-        args = broker_command(self.broker_id, self.port, self.data_dir, self.zookeeper)
+        args = broker_command(self.broker_id, self.port, self.data_dir, self.zookeeper) + self.extra_args
         self.proc = self.processes.spawn(args, self.log_path)
         listening = f"broker {self.broker_id} listening on {HOST}:{self.port}"
 
@@ -194,12 +201,14 @@ class BrokerProcess:
 
 
 @contextlib.contextmanager
-def running_broker(zookeeper_hosts: str, base_dir: Path, broker_id: int = 1) -> Iterator[tuple[BrokerProcess, str]]:
+def running_broker(
+    zookeeper_hosts: str, base_dir: Path, broker_id: int = 1, extra_args: tuple[str, ...] = ()
+) -> Iterator[tuple[BrokerProcess, str]]:
     """A broker under a fresh chroot of ``zookeeper_hosts`` for a whole module (``scope="module"``
     fixtures): yields (broker, connect string); stopped (or killed) on exit."""
     connect = f"{zookeeper_hosts}/t-{uuid.uuid4().hex[:8]}"
     group = ProcessGroup()
-    broker = BrokerProcess(broker_id, base_dir / f"broker-{broker_id}", connect, group)
+    broker = BrokerProcess(broker_id, base_dir / f"broker-{broker_id}", connect, group, extra_args=extra_args)
     try:
         broker.start()
         yield broker, connect

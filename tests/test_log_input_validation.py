@@ -177,7 +177,7 @@ def _store_malformed(directory: Path) -> int:
     log.append(good_rows(5, "a"))
     header = BatchHeader(5, 6, 2, NOW)
     log.active.append(_forged([5, 6], header, bad_binary()), header)  # the segment's own append does not validate
-    log._remember(header)
+    log._remember(header, NOW)
     log.roll()
     log.append(good_rows(5, "b"))
     log.roll()
@@ -229,3 +229,34 @@ def test_reading_a_stored_malformed_batch_cannot_crash_the_process(tmp_path: Pat
 def test_header_for_still_describes_a_valid_batch(tmp_path: Path) -> None:
     batch = _forged([7, 9], BatchHeader(7, 9, 2, NOW))
     assert header_for(batch, 1, -1, -1) == BatchHeader(7, 9, 2, NOW, 1, -1, -1)
+
+
+def _files(directory: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(directory.iterdir()) if p.is_file()}
+
+
+def test_log_verify_reports_every_problem_and_changes_nothing(tmp_path: Path) -> None:
+    good = tmp_path / "data" / "good-0"
+    log = PartitionLog(good, config(segment_bytes=1024), clock=Clock(NOW))
+    for i in range(6):
+        log.append(good_rows(10, f"g{i}-"))
+    log.close()
+    _store_malformed(tmp_path / "data" / "bad-0")
+    torn = next(iter(sorted((tmp_path / "data" / "bad-0").glob("*.arrows"))))
+    with open(torn, "ab") as out:
+        out.write(b"\xff\xff\xff\xff\x40\x00\x00\x00torn")  # a message prefix, then nothing
+    before = {d.name: _files(d) for d in (tmp_path / "data").iterdir()}
+
+    def verify(path: Path) -> subprocess.CompletedProcess[str]:
+        cmd = [sys.executable, "-m", "sparklog.cli.main", "log", "verify", str(path)]
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+
+    ok = verify(good)
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+    assert "1 partition(s), 6 batches checked, 0 problem(s)" in ok.stdout
+    both = verify(tmp_path / "data")
+    assert both.returncode == 1, both.stdout + both.stderr
+    problems = [line for line in both.stdout.splitlines() if line.startswith("PROBLEM")]
+    assert any("bad-0/00000000000000000000.arrows: batch at position" in p and "offsets 5..6" in p for p in problems)
+    assert any("no readable batch from position" in p for p in problems), problems
+    assert {d.name: _files(d) for d in (tmp_path / "data").iterdir()} == before  # read-only

@@ -71,8 +71,10 @@ class CopySlice:
         except KeyError as exc:
             raise InvalidRequest(f"a copy slice needs {exc.args[0]!r}: {item!r}") from None
         ints = (made.first, made.last, made.partition, made.producer_id, made.sequence)
-        if not all(isinstance(v, int) and not isinstance(v, bool) for v in ints) or not isinstance(made.topic, str):
-            raise InvalidRequest(f"a copy slice has a field of the wrong type: {str(item)[:200]}")
+        if not all(
+            isinstance(v, int) and not isinstance(v, bool) and -(1 << 63) <= v < 1 << 63 for v in ints
+        ) or not isinstance(made.topic, str):
+            raise InvalidRequest(f"a copy slice has a field of the wrong type or out of 64 bits: {str(item)[:200]}")
         check_topic_name(made.topic)
         if made.schema_version is not None and not isinstance(made.schema_version, int):
             raise InvalidRequest(f"'schema_version' must be an integer, got {made.schema_version!r}")

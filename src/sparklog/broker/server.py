@@ -45,6 +45,7 @@ log = logging.getLogger(__name__)
 
 MAX_FETCH_BYTES = 64 << 20
 MAX_WAIT_MS = 30_000
+_INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
 COALESCE_BYTES = 1 << 20  # a consumer's small batches go out joined, up to this size per message
 
 
@@ -53,7 +54,9 @@ def _int(request: dict[str, Any], name: str, default: int | None = None) -> int:
     if value is None:
         raise InvalidRequest(f"request is missing '{name}'")
     if isinstance(value, bool) or not isinstance(value, int):
-        raise InvalidRequest(f"'{name}' must be an integer, got {value!r}")
+        raise InvalidRequest(f"'{name}' must be an integer, got {value!r:.100}")
+    if not _INT64_MIN <= value <= _INT64_MAX:
+        raise InvalidRequest(f"'{name}' must fit in 64 bits, got {value}")
     return value
 
 

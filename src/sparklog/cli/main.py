@@ -1,8 +1,8 @@
 """The ``sparklog`` command line: one sub-command per job, errors as one clear line on stderr.
 
 The commands live in ``sparklog.cli.<module>``: ``cluster`` (up, zookeeper, broker), ``topics``,
-``produce``, ``consume``, ``groups``; ``bench`` is here. Every command takes ``--zookeeper``
-(before or after the command name; env ``SPARKLOG_ZOOKEEPER``, default ``127.0.0.1:2181``).
+``produce``, ``consume``, ``groups``, ``log`` (verify a data dir); ``bench`` is here. Every command
+takes ``--zookeeper`` (before or after the command name; env ``SPARKLOG_ZOOKEEPER``, default ``127.0.0.1:2181``).
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from sparklog.cli.cluster import add_broker, add_up, add_zookeeper
 from sparklog.cli.common import DEFAULT_ZOOKEEPER, ZOOKEEPER_ENV, CliError
 from sparklog.cli.consume import add_consume
 from sparklog.cli.groups import add_groups
+from sparklog.cli.log import add_log
 from sparklog.cli.partitions import add_partitions
 from sparklog.cli.produce import add_produce
 from sparklog.cli.schemas import add_schemas
@@ -46,6 +47,7 @@ COMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [
     add_groups,
     add_partitions,
     add_schemas,
+    add_log,
     add_bench,
 ]
 
