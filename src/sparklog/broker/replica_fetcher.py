@@ -2,9 +2,10 @@
 
 It fetches with the same Flight ``do_get`` consumers use, marked with its broker id (so the leader
 records its position), appends the leader's batches as they are (offsets, epochs, producer ids),
-and learns the high watermark. Whenever it starts following a new leader epoch it first asks the
-leader where its own latest epoch ended there and truncates to that point (KIP-101), so a replica
-that comes back never keeps records the new leader does not have.
+and learns the high watermark (each batch is checked first: a follower never stores what it could
+not read back, ``PartitionLog.append_replica``). Whenever it starts following a new leader epoch it
+first asks the leader where its own latest epoch ended there and truncates to that point (KIP-101),
+so a replica that comes back never keeps records the new leader does not have.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import pyarrow.flight as flight
 
 from sparklog import wire
 from sparklog.broker.log.batch_codec import BatchHeader
-from sparklog.errors import NotLeader, OffsetOutOfRange, SparklogError
+from sparklog.errors import InvalidRecord, NotLeader, OffsetOutOfRange, SparklogError
 
 if TYPE_CHECKING:
     from sparklog.broker.broker import Broker
@@ -73,6 +74,13 @@ class ReplicaFetcher(threading.Thread):
                     self._truncated_for = None
                 elif isinstance(error, NotLeader):
                     self._reread_state()
+                elif isinstance(error, InvalidRecord):  # the leader sent what this replica cannot store
+                    log.warning(
+                        "%s-%s: refused a batch from the leader: %s",
+                        self.partition.topic,
+                        self.partition.partition,
+                        error,
+                    )
                 else:
                     log.debug("fetch for %s-%s failed: %s", self.partition.topic, self.partition.partition, error)
                 self._stopped.wait(backoff)
