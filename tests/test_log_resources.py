@@ -1,23 +1,43 @@
 """Bounded broker resources in the storage engine: producer ids expire (``producer.id.expiration.ms``)
-and the producer table has a size cap; ``segment.ms`` has a floor."""
+and the producer table has a size cap; open files stay bounded whatever the number of segments (only
+the active segment keeps its files open, the others' memory maps and indexes are loaded on demand
+within a process-wide cache); ``segment.ms`` has a floor."""
 
 from __future__ import annotations
 
+import os
+import random
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from log_helpers import Clock, config, read_all
-from sparklog.broker.log import PartitionLog
+from log_helpers import (
+    Clock,
+    Record,
+    abandon,
+    append_and_expect,
+    brute_offset_for_time,
+    config,
+    read_all,
+    read_from,
+    records_of,
+    settled,
+    wait_for_background_flushes,
+)
+from sparklog.broker.log import PartitionLog, compact
 from sparklog.broker.log.producer_state import (
     DEFAULT_PRODUCER_ID_EXPIRATION_MS,
     ProducerStateTable,
 )
+from sparklog.broker.log.segment import SEGMENT_CACHE
 from sparklog.broker.log_manager import LogManager
 from sparklog.config import TopicConfig
 from sparklog.errors import DuplicateSequence, InvalidConfig, OutOfOrderSequence
 
 DAY_MS = 86_400_000
+SEGMENTS = 520
+ONE_BATCH_PER_SEGMENT = config(segment_bytes=1024)  # a stored batch of a ~700-byte value fills a segment
 
 
 # ------------------------------------------------------------------------------------- producer ids
@@ -120,6 +140,169 @@ def test_the_producer_table_is_bounded_least_recently_written_first() -> None:
     assert 1 not in table and {0, 2, 3} <= {pid for pid in range(4) if pid in table}
     assert table.duplicate_of(1, 5, 1) is None  # evicted: a new producer
     assert table.duplicate_of(0, 1, 1) is not None
+
+
+# -------------------------------------------------------------------------------------- open files
+@pytest.fixture
+def cache_limit(monkeypatch: pytest.MonkeyPatch) -> Iterator[int]:
+    """A small process-wide cache of loaded segments, so that reads evict and load again."""
+    SEGMENT_CACHE.release_all()
+    monkeypatch.setattr(SEGMENT_CACHE, "limit", 16)
+    yield 16
+    SEGMENT_CACHE.release_all()
+
+
+def open_fds() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+def mapped_files(directory: Path) -> int:
+    """Memory maps of the process over files of ``directory``."""
+    with open("/proc/self/maps") as maps:
+        return sum(1 for line in maps if str(directory) in line)
+
+
+def fill_segments(log: PartitionLog, rng: random.Random, count: int = SEGMENTS) -> list[Record]:
+    expected: list[Record] = []
+    for i in range(count):
+        append_and_expect(log, {"key": [b"k%d" % (i % 7)], "value": [rng.randbytes(700)]}, expected)
+        log.clock.advance(1)  # type: ignore[attr-defined]
+    wait_for_background_flushes(log)
+    return expected
+
+
+def test_hundreds_of_rolled_segments_keep_open_files_bounded(tmp_path: Path, cache_limit: int) -> None:
+    before = open_fds()
+    log = PartitionLog(tmp_path / "p", ONE_BATCH_PER_SEGMENT, clock=Clock())
+    expected = fill_segments(log, random.Random(5))
+    assert len(log.segments) == SEGMENTS
+    # the active segment's record file and two indexes (the old code: three per segment, 1,560 here)
+    assert open_fds() - before <= 3
+    assert [s for s in log.segments[:-1] if s.holds_files] == []
+
+    # every record reads back byte-identical, from the start and from each offset, and by time
+    assert read_all(log) == expected
+    for offset in range(0, SEGMENTS, 37):
+        assert read_from(log, offset) == expected[offset:]
+    for ts in sorted({r[1] for r in expected})[::41]:
+        assert log.offset_for_time(ts) == brute_offset_for_time(expected, ts)
+    assert open_fds() - before <= 3
+    assert len(SEGMENT_CACHE) <= cache_limit
+    assert mapped_files(tmp_path) <= cache_limit + 1  # the cache's segments and the active one
+
+    log.close()
+    assert open_fds() == before
+    del log
+
+
+def test_batches_read_before_a_segment_is_dropped_or_deleted_stay_intact(tmp_path: Path, cache_limit: int) -> None:
+    log = PartitionLog(tmp_path / "p", config(segment_bytes=1024, retention_ms=1000), clock=Clock(10_000))
+    expected = fill_segments(log, random.Random(6), count=40)
+    held = log.read(3, max_bytes=1)  # a zero-copy batch over segment 3's memory map
+    assert records_of(held) == expected[3:4]
+    SEGMENT_CACHE.release_all()  # the segment drops its map and indexes; the reader's buffer keeps the map
+    log.clock.advance(100_000)  # type: ignore[attr-defined]
+    assert settled(log).apply_retention() == 39  # and then the file goes
+    assert records_of(held) == expected[3:4]
+    log.close()
+
+
+def test_a_log_reopened_with_lazily_loaded_segments_reads_everything(tmp_path: Path, cache_limit: int) -> None:
+    directory = tmp_path / "p"
+    log = PartitionLog(directory, ONE_BATCH_PER_SEGMENT, clock=Clock())
+    expected = fill_segments(log, random.Random(7), count=300)
+    log.close()
+
+    before = open_fds()
+    log = PartitionLog(directory, ONE_BATCH_PER_SEGMENT, clock=Clock(2_000_000))  # a clean open
+    assert open_fds() - before <= 3 and len(SEGMENT_CACHE) <= cache_limit
+    for _ in range(2):  # the second time every segment is loaded again after being dropped
+        assert read_all(log) == expected
+        assert [log.offset_for_time(ts) for ts in (0, expected[150][1], expected[-1][1])] == [0, 150, 299]
+        SEGMENT_CACHE.release_all()
+        assert mapped_files(directory) <= 1
+    expected += fill_segments(log, random.Random(8), count=20)
+    assert read_all(log) == expected
+    assert open_fds() - before <= 3
+
+    abandon(log)  # no clean shutdown: the next open verifies from the recovery point on
+    log = PartitionLog(directory, ONE_BATCH_PER_SEGMENT, clock=Clock(3_000_000))
+    assert read_all(log) == expected
+    assert open_fds() - before <= 3
+    log.close()
+    assert open_fds() == before
+
+
+def test_truncation_into_a_dropped_segment_then_appends(tmp_path: Path, cache_limit: int) -> None:
+    log = PartitionLog(tmp_path / "p", ONE_BATCH_PER_SEGMENT, clock=Clock())
+    expected = fill_segments(log, random.Random(9), count=60)
+    SEGMENT_CACHE.release_all()
+    before = open_fds()
+    log.truncate_to(25)  # segments 25.. go; segment 24, closed and dropped, becomes the active one
+    assert log.log_end_offset == 25 and read_all(log) == expected[:25]
+    append_and_expect(log, {"key": [b"k"], "value": [b"after"]}, expected := expected[:25])
+    assert read_all(log) == expected
+    assert open_fds() - before <= 3
+    log.close()
+    log = PartitionLog(tmp_path / "p", ONE_BATCH_PER_SEGMENT, clock=Clock())
+    assert read_all(log) == expected
+    log.close()
+
+
+def test_compaction_and_stale_readers_of_dropped_segments(tmp_path: Path, cache_limit: int) -> None:
+    cfg = config(cleanup_policy="compact", segment_bytes=1024, delete_retention_ms=0)
+    log = PartitionLog(tmp_path / "p", cfg, clock=Clock())
+    expected = fill_segments(log, random.Random(10), count=80)
+    old_segments = list(log.segments)  # what a reader that started before the compaction holds
+    SEGMENT_CACHE.release_all()
+    result = compact(settled(log))
+    assert result.segments_cleaned > 0
+    latest = {r[2]: r[0] for r in expected}
+    kept = [r for r in expected if latest[r[2]] == r[0] or r[0] >= log.active.base_offset]
+    assert read_all(log) == kept
+    # a stale segment object still reads what its file held before the swap (or nothing), never
+    # the new file through its old positions
+    stale = [s for s in old_segments[:-1] if s not in log.segments]
+    assert stale and all(s.closed for s in stale)
+    for segment in old_segments[:-1]:
+        batches, _, _ = segment.read(segment.base_offset, 1 << 20)
+        got = records_of(b for b, _ in batches)
+        assert got == [r for r in expected if segment.base_offset <= r[0] < segment.next_offset]
+    SEGMENT_CACHE.release_all()
+    assert read_all(log) == kept
+    log.close()
+
+
+def test_a_closed_segment_reads_what_it_held_and_never_maps_a_new_file(tmp_path: Path, cache_limit: int) -> None:
+    log = PartitionLog(tmp_path / "p", ONE_BATCH_PER_SEGMENT, clock=Clock())
+    expected = fill_segments(log, random.Random(12), count=6)
+    kept, deleted = log.segments[1], log.segments[2]
+    SEGMENT_CACHE.release_all()  # neither holds a memory map now
+    kept.close()  # maps the file again, for readers still holding the object
+    replacement = tmp_path / "replacement"
+    replacement.write_bytes(deleted.path.read_bytes())
+    os.replace(replacement, kept.path)  # the file is replaced (as compaction does)
+    batches, _, _ = kept.read(1, 1 << 20)
+    assert records_of(b for b, _ in batches) == expected[1:2]
+    deleted.delete()
+    deleted.path.write_bytes(kept.path.read_bytes())  # another file appears under the same name
+    with pytest.raises(FileNotFoundError):
+        deleted.read(2, 1 << 20)
+    abandon(log)
+
+
+def test_the_maintenance_pass_drops_idle_segments(tmp_path: Path, cache_limit: int) -> None:
+    manager = LogManager(tmp_path, segment_idle_s=0)
+    log = manager.get("t", 0, ONE_BATCH_PER_SEGMENT)
+    log.clock = Clock()
+    expected = fill_segments(log, random.Random(11), count=30)
+    assert read_all(log) == expected
+    assert len(SEGMENT_CACHE) > 0 and mapped_files(tmp_path) > 1
+    manager.maintain()
+    assert len(SEGMENT_CACHE) == 0
+    assert mapped_files(tmp_path) <= 1  # the active segment's
+    assert read_all(log) == expected
+    manager.close()
 
 
 # ---------------------------------------------------------------------------------------- segment.ms

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 
 from sparklog.broker.log import PartitionLog, compact
 from sparklog.broker.log.producer_state import DEFAULT_PRODUCER_ID_EXPIRATION_MS
+from sparklog.broker.log.segment import DEFAULT_SEGMENT_IDLE_S, SEGMENT_CACHE
 from sparklog.config import TopicConfig
 from sparklog.records import versioned_schema
 
@@ -23,16 +24,22 @@ class LogManager:
 
     ``producer_id_expiration_ms`` is Kafka's ``producer.id.expiration.ms``: the maintenance pass
     forgets a producer id that has not written to a partition for that long (a producer that comes
-    back later is treated as new).
+    back later is treated as new). ``segment_idle_s``: the pass also drops the memory maps and loaded
+    indexes of the non-active segments not read for that long (they load again on the next read;
+    such segments hold no open file in any case, see ``segment.py``).
     """
 
     def __init__(
-        self, data_dir: str | Path, producer_id_expiration_ms: int = DEFAULT_PRODUCER_ID_EXPIRATION_MS
+        self,
+        data_dir: str | Path,
+        producer_id_expiration_ms: int = DEFAULT_PRODUCER_ID_EXPIRATION_MS,
+        segment_idle_s: float = DEFAULT_SEGMENT_IDLE_S,
     ) -> None:
         if producer_id_expiration_ms < 1:
             raise ValueError(f"producer_id_expiration_ms must be >= 1, got {producer_id_expiration_ms}")
         self.data_dir = Path(data_dir)
         self.producer_id_expiration_ms = producer_id_expiration_ms
+        self.segment_idle_s = segment_idle_s
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self._logs: dict[tuple[str, int], PartitionLog] = {}
         self._lock = threading.Lock()
@@ -101,7 +108,7 @@ class LogManager:
 
     def maintain(self) -> None:
         """One pass of retention, compaction, producer id expiration and time-based flushing over
-        the open logs."""
+        the open logs, then idle segments drop their memory maps."""
         for log in list(self._logs.values()):
             if log.closed:
                 continue
@@ -111,6 +118,7 @@ class LogManager:
                 compact(log)
             if log.config.flush_ms >= 0 and log.clock() - log.last_flush_ms >= log.config.flush_ms:
                 log.flush()
+        SEGMENT_CACHE.release_idle(self.segment_idle_s)
 
     def expire_producers(self, log: PartitionLog) -> int:
         """Forget the producer ids idle for ``producer_id_expiration_ms`` by the log's clock."""

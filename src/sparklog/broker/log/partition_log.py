@@ -328,6 +328,7 @@ class PartitionLog:
     def _roll(self, base: int, schema: pa.Schema | None = None) -> None:
         old = self.active
         self.segments.append(self._new_segment(base, schema or old.schema))
+        old.unpin()  # no longer appended to: its files close (reads need none)
         self._active_created_ms = self.clock()
         # fsync the finished segment off the append path (as Kafka's scheduler does)
         self._pending_flushes = [f for f in self._pending_flushes if not f.done()]

@@ -2,13 +2,25 @@
 
 Files of the segment with base offset 42:
 ``00000000000000000042.arrows`` (records), ``.index`` (offset index), ``.timeindex`` (time index).
+
+Open files are bounded whatever the number of segments: only a segment being appended to (the
+active one, "pinned") keeps its three descriptors open; any other opens a file only for the call
+that writes or fsyncs it. Reads need no descriptor (a memory map outlives the descriptor it was
+made from), and the memory maps and loaded indexes of non-active segments are kept for at most
+:data:`SEGMENT_CACHE`'s limit of segments, least recently used dropped first (and after an idle
+time, by the broker's maintenance pass), to be loaded again on the next read.
 """
 
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
+import errno
 import functools
 import os
+import threading
+import time
+from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -31,6 +43,7 @@ from sparklog.broker.log.batch_codec import (
     scan_batches,
 )
 from sparklog.broker.log.batch_validation import check_stored
+from sparklog.broker.log.index_file import fsync_path
 from sparklog.broker.log.offset_index import OffsetIndex
 from sparklog.broker.log.time_index import TimeIndex
 from sparklog.errors import CorruptRecord
@@ -58,6 +71,73 @@ def delete_segment_files(directory: Path, base_offset: int) -> None:
         segment_path(directory, base_offset, suffix).unlink(missing_ok=True)
 
 
+DEFAULT_LOADED_SEGMENTS = 256
+DEFAULT_SEGMENT_IDLE_S = 60.0
+
+
+class SegmentCache:
+    """The non-active segments of the process that hold a memory map or loaded indexes, least
+    recently used first; past ``limit`` the oldest drop them (they load again when read).
+
+    What a segment drops is only what it references: a reader that already holds a buffer or an
+    index keeps it. A segment busy with a write or an fsync (its lock held) is skipped.
+    """
+
+    def __init__(self, limit: int = DEFAULT_LOADED_SEGMENTS) -> None:
+        self.limit = limit
+        self._lock = threading.Lock()
+        self._segments: OrderedDict[LogSegment, None] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._segments)
+
+    def __contains__(self, segment: object) -> bool:
+        return segment in self._segments
+
+    def touch(self, segment: LogSegment) -> None:
+        """``segment`` was just used: the most recent now; drop the oldest past the limit."""
+        segment._last_used = time.monotonic()
+        victims: list[LogSegment] = []
+        with self._lock:
+            segments = self._segments
+            segments[segment] = None
+            segments.move_to_end(segment)
+            while len(segments) > self.limit:
+                victim = next(iter(segments))
+                if victim is segment:
+                    break
+                del segments[victim]
+                victims.append(victim)
+        self._release(victims)
+
+    def forget(self, segment: LogSegment) -> None:
+        with self._lock:
+            self._segments.pop(segment, None)
+
+    def release_idle(self, idle_s: float, now: float | None = None) -> int:
+        """Drop what the segments unused for ``idle_s`` seconds hold; returns how many did."""
+        horizon = (time.monotonic() if now is None else now) - idle_s
+        with self._lock:
+            idle = [s for s in self._segments if s._last_used <= horizon]
+            for segment in idle:
+                del self._segments[segment]
+        return self._release(idle)
+
+    def release_all(self) -> int:
+        return self.release_idle(0.0, now=float("inf"))
+
+    def _release(self, segments: list[LogSegment]) -> int:
+        busy = [s for s in segments if not s._release()]
+        if busy:  # in use right now: keep them, as the most recently used
+            with self._lock:
+                for segment in busy:
+                    self._segments[segment] = None
+        return len(segments) - len(busy)
+
+
+SEGMENT_CACHE = SegmentCache()
+
+
 class LogSegment:
     """An append-only Arrow IPC stream of record batches with increasing offsets.
 
@@ -66,6 +146,12 @@ class LogSegment:
     another thread, then the head that holds the CRC). Reads come zero-copy from a
     memory map renewed when the file has grown past it. The caller (``PartitionLog``) serializes
     appends.
+
+    A new segment, or one written to, is *pinned*: it keeps its files open for the appends until
+    :meth:`unpin` (the log rolled). Any other segment opens its files only for the call that needs
+    them (recovery, fsync, truncation) and maps and loads its indexes on demand, within
+    :data:`SEGMENT_CACHE`. After :meth:`close` the object stays readable as it was (its memory map
+    is kept even if the file is then replaced or removed), for readers that still hold it.
     """
 
     def __init__(self, directory: Path, base_offset: int, index_interval_bytes: int = 4096) -> None:
@@ -88,8 +174,12 @@ class LogSegment:
         self._bytes_since_index = 0
         self._fd = -1
         self._data: pa.Buffer | None = None
-        self.offset_index: OffsetIndex
-        self.time_index: TimeIndex
+        self._offset_index: OffsetIndex | None = None
+        self._time_index: TimeIndex | None = None
+        self.pinned = False  # appended to: files stay open (see the class docstring)
+        self._closed = False
+        self._lock = threading.RLock()  # held while a descriptor is in use or the indexes change
+        self._last_used = 0.0  # time.monotonic() of the last read (SegmentCache)
 
     # ----------------------------------------------------------------- creation and opening
     @classmethod
@@ -107,10 +197,17 @@ class LogSegment:
         seg._encoder = BatchEncoder(schema)
         head = seg._encoder.schema_message()
         seg._fd = os.open(seg.path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
-        os.write(seg._fd, head)
-        seg.schema = schema
-        seg.first_position = seg.size = len(head)
-        seg._open_indexes()
+        seg.pinned = True
+        try:
+            os.write(seg._fd, head)
+            seg.schema = schema
+            seg.first_position = seg.size = len(head)
+            seg._open_indexes()
+            seg._offset_index.open_file()  # type: ignore[union-attr]
+            seg._time_index.open_file()  # type: ignore[union-attr]
+        except BaseException:
+            seg._shut(keep_readable=False)
+            raise
         return seg
 
     @classmethod
@@ -131,23 +228,25 @@ class LogSegment:
         raises :class:`CorruptRecord`.
         """
         seg = cls(directory, base_offset, index_interval_bytes)
-        seg._fd = os.open(seg.path, os.O_RDWR)
-        try:
-            seg.size = os.fstat(seg._fd).st_size
-            if expected_schemas and seg._repair_schema(expected_schemas):
-                recover = True
-            seg.schema, seg.first_position = read_schema(seg._map())
-            indexes_exist = all(
-                segment_path(seg.directory, base_offset, s).exists() for s in (INDEX_SUFFIX, TIME_INDEX_SUFFIX)
-            )
-            seg._open_indexes()
-            if recover or not indexes_exist or not seg._indexes_usable():
-                seg.recover()
-            else:
-                seg._load_tail()
-        except BaseException:
-            seg.close()
-            raise
+        with seg._lock:
+            seg._fd = os.open(seg.path, os.O_RDWR)
+            try:
+                seg.size = os.fstat(seg._fd).st_size
+                if expected_schemas and seg._repair_schema(expected_schemas):
+                    recover = True
+                seg.schema, seg.first_position = read_schema(seg._map())
+                indexes_exist = all(
+                    segment_path(seg.directory, base_offset, s).exists() for s in (INDEX_SUFFIX, TIME_INDEX_SUFFIX)
+                )
+                seg._open_indexes()
+                if recover or not indexes_exist or not seg._indexes_usable():
+                    seg.recover()
+                else:
+                    seg._load_tail()
+            except BaseException:
+                seg._shut(keep_readable=False)
+                raise
+            seg._close_files()  # not pinned: the first append (if it becomes active) opens them again
         return seg
 
     def _repair_schema(self, expected: Sequence[pa.Schema]) -> bool:
@@ -167,8 +266,26 @@ class LogSegment:
         return True
 
     def _open_indexes(self) -> None:
-        self.offset_index = OffsetIndex(segment_path(self.directory, self.base_offset, INDEX_SUFFIX))
-        self.time_index = TimeIndex(segment_path(self.directory, self.base_offset, TIME_INDEX_SUFFIX))
+        self._offset_index = OffsetIndex(segment_path(self.directory, self.base_offset, INDEX_SUFFIX))
+        self._time_index = TimeIndex(segment_path(self.directory, self.base_offset, TIME_INDEX_SUFFIX))
+
+    @property
+    def offset_index(self) -> OffsetIndex:
+        index = self._offset_index
+        if index is None:
+            index = self._offset_index = OffsetIndex(segment_path(self.directory, self.base_offset, INDEX_SUFFIX))
+        if not self.pinned:
+            self._touch()
+        return index
+
+    @property
+    def time_index(self) -> TimeIndex:
+        index = self._time_index
+        if index is None:
+            index = self._time_index = TimeIndex(segment_path(self.directory, self.base_offset, TIME_INDEX_SUFFIX))
+        if not self.pinned:
+            self._touch()
+        return index
 
     def _indexes_usable(self) -> bool:
         return self.offset_index.sane(self.base_offset, self.size) and len(self.time_index) == len(self.offset_index)
@@ -218,7 +335,8 @@ class LogSegment:
         cut = self.size - end
         self.recovered_bytes += cut
         if cut:
-            os.ftruncate(self._fd, end)
+            with self._file() as fd:
+                os.ftruncate(fd, end)
             self.size = end
             self._data = None
         return cut
@@ -236,6 +354,8 @@ class LogSegment:
 
         A large body is written while another thread computes its CRC; the head (which holds the
         CRC) goes last, so a crash in between leaves a head of zeros that recovery cuts off."""
+        if not self.pinned:
+            self._pin()
         position = self.size
         head, body = len(encoded.head), encoded.body_size
         if body >= PARALLEL_CRC_BYTES:
@@ -274,16 +394,25 @@ class LogSegment:
         self.next_offset = header.last_offset + 1
 
     def flush(self) -> None:
-        """fsync the records and the indexes."""
-        os.fsync(self._fd)
-        self.offset_index.flush()
-        self.time_index.flush()
+        """fsync the records and the indexes (a segment that is not pinned opens its files for it;
+        fsync covers what was written through a descriptor closed since)."""
+        with self._lock:
+            if self._closed:
+                raise OSError(errno.EBADF, f"segment {self.path.name} is closed")
+            with self._file() as fd:
+                os.fsync(fd)
+            for index, suffix in ((self._offset_index, INDEX_SUFFIX), (self._time_index, TIME_INDEX_SUFFIX)):
+                if index is not None:
+                    index.flush()
+                else:
+                    fsync_path(segment_path(self.directory, self.base_offset, suffix))
 
     def truncate_to(self, offset: int) -> pa.RecordBatch | None:
         """Remove every record at or after ``offset``. A batch that straddles ``offset`` is removed
         whole and its records below ``offset`` are returned for the caller to append again."""
         if offset >= self.next_offset:
             return None
+        self._pin()  # the log's active segment from now on: appended to next
         data = self._map()
         keep_end = self._start_position(offset)
         straddler: pa.RecordBatch | None = None
@@ -339,13 +468,21 @@ class LogSegment:
 
     # ----------------------------------------------------------------- reading
     def _map(self, size: int | None = None) -> pa.Buffer:
-        """The segment's bytes up to ``size`` (default: the committed size), memory-mapped."""
+        """The segment's bytes up to ``size`` (default: the committed size), memory-mapped (the
+        descriptor is closed at once; the map lives as long as a buffer refers to it). A closed
+        segment never maps its path again: the file there may be another one now."""
         size = self.size if size is None else size
         data = self._data
         if data is None or data.size < size:
+            if self._closed:
+                if data is None:
+                    raise FileNotFoundError(errno.ENOENT, f"segment {self.path.name} is closed")
+                return data
             with pa.memory_map(str(self.path), "r") as mapped:
                 data = mapped.read_buffer()
             self._data = data
+        if not self.pinned:
+            self._touch()
         return data.slice(0, size) if data.size > size else data
 
     def _messages(self, data: pa.Buffer, position: int) -> Iterator[tuple[BatchHeader, int, int, ipc.Message]]:
@@ -436,18 +573,117 @@ class LogSegment:
         return self.size <= self.first_position
 
     def close(self) -> None:
-        self._encoder = None
-        if self._fd >= 0:
-            os.close(self._fd)
-            self._fd = -1
-        for index in ("offset_index", "time_index"):
-            if index in self.__dict__:  # not yet there if opening failed early
-                getattr(self, index).close()
+        """Close the files for good. The object stays readable as it is now, for readers that
+        still hold it: its memory map is kept (made if the segment had dropped it), so a file
+        replaced or removed after this (compaction, retention) does not change what they read."""
+        self._shut(keep_readable=True)
 
     def delete(self) -> None:
         """Close and remove the segment's files."""
-        self.close()
+        self._shut(keep_readable=False)
         delete_segment_files(self.directory, self.base_offset)
+
+    def _shut(self, keep_readable: bool) -> None:
+        with self._lock:
+            self._encoder = None
+            self._close_files()
+            if keep_readable and not self._closed and (self._data is None or self._data.size < self.size):
+                with (
+                    contextlib.suppress(OSError, ValueError, pa.ArrowException),
+                    pa.memory_map(str(self.path), "r") as mapped,
+                ):
+                    self._data = mapped.read_buffer()
+            # an index dropped meanwhile is not loaded again (the file may change): reads scan instead
+            if self._offset_index is None:
+                self._offset_index = OffsetIndex(
+                    segment_path(self.directory, self.base_offset, INDEX_SUFFIX), load=False
+                )
+            if self._time_index is None:
+                self._time_index = TimeIndex(
+                    segment_path(self.directory, self.base_offset, TIME_INDEX_SUFFIX), load=False
+                )
+            self.pinned = False
+            self._closed = True
+        SEGMENT_CACHE.forget(self)
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    # ----------------------------------------------------------------- open files and the cache
+    @contextlib.contextmanager
+    def _file(self) -> Iterator[int]:
+        """The record file's descriptor for one write or fsync: a pinned segment's own, otherwise
+        one opened for the call (under the segment's lock, so the cache never closes it meanwhile)."""
+        with self._lock:
+            if self._fd >= 0:
+                yield self._fd
+                return
+            if self._closed:
+                raise OSError(errno.EBADF, f"segment {self.path.name} is closed")
+            self._fd = os.open(self.path, os.O_RDWR)
+            try:
+                yield self._fd
+            finally:
+                if not self.pinned:
+                    self._close_files()
+
+    def _pin(self) -> None:
+        """Keep the files open for appends (this is the log's active segment)."""
+        with self._lock:
+            if self.pinned:
+                return
+            if self._closed:
+                raise OSError(errno.EBADF, f"segment {self.path.name} is closed")
+            if self._fd < 0:
+                self._fd = os.open(self.path, os.O_RDWR)
+            for index in (self.offset_index, self.time_index):
+                index.open_file()
+            self.pinned = True
+        SEGMENT_CACHE.forget(self)
+
+    def unpin(self) -> None:
+        """The log rolled past this segment: close its files (a pending fsync opens them for itself);
+        its map and indexes stay loaded, within :data:`SEGMENT_CACHE`."""
+        with self._lock:
+            if not self.pinned:
+                return
+            self.pinned = False
+            self._encoder = None
+            self._close_files()
+        self._touch()
+
+    def _touch(self) -> None:
+        if not self._closed:
+            SEGMENT_CACHE.touch(self)
+
+    def _close_files(self) -> None:
+        fd, self._fd = self._fd, -1
+        if fd >= 0:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        for index in (self._offset_index, self._time_index):
+            if index is not None:
+                index.close()
+
+    def _release(self) -> bool:
+        """Drop the memory map and the loaded indexes (what readers already hold stays valid); False
+        if the segment is busy (a write or an fsync holds its lock). Pinned and closed ones keep theirs."""
+        if not self._lock.acquire(blocking=False):
+            return False
+        try:
+            if not self.pinned and not self._closed:
+                self._close_files()
+                self._data = None
+                self._offset_index = self._time_index = None
+            return True
+        finally:
+            self._lock.release()
+
+    @property
+    def holds_files(self) -> bool:
+        """Whether a descriptor of the segment is open (a pinned one's are)."""
+        return self._fd >= 0 or any(i is not None and i.is_open for i in (self._offset_index, self._time_index))
 
     def __repr__(self) -> str:
         return f"LogSegment(base={self.base_offset}, next={self.next_offset}, size={self.size})"
