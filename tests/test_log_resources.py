@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import random
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -33,7 +34,7 @@ from sparklog.broker.log.producer_state import (
 from sparklog.broker.log.segment import SEGMENT_CACHE
 from sparklog.broker.log_manager import LogManager
 from sparklog.config import TopicConfig
-from sparklog.errors import DuplicateSequence, InvalidConfig, OutOfOrderSequence
+from sparklog.errors import DuplicateSequence, InvalidConfig, OffsetOutOfRange, OutOfOrderSequence
 
 DAY_MS = 86_400_000
 SEGMENTS = 520
@@ -311,3 +312,45 @@ def test_segment_ms_below_one_second_is_refused(value: int) -> None:
     with pytest.raises(InvalidConfig, match=r"segment\.ms must be >= 1000"):
         config(segment_ms=value)
     assert config(segment_ms=1000).segment_ms == 1000
+
+
+def test_concurrent_readers_while_segments_roll_are_dropped_and_deleted(tmp_path: Path, cache_limit: int) -> None:
+    """Readers on other threads, a tiny cache (every read loads and evicts), rolls on every append and
+    retention deleting the oldest segments: every read returns exactly the records stored."""
+    SEGMENT_CACHE.limit = 2
+    log = PartitionLog(tmp_path / "p", config(segment_bytes=1024, retention_bytes=60 * 1024), clock=Clock())
+    expected = fill_segments(log, random.Random(13), count=40)
+    errors: list[BaseException] = []
+    done = threading.Event()
+
+    def reader(seed: int) -> None:
+        rng = random.Random(seed)
+        try:
+            while not done.is_set():
+                start, end = log.log_start_offset, log.log_end_offset
+                offset = rng.randrange(start, end)
+                try:
+                    got = records_of(log.read(offset, max_bytes=rng.choice([1, 4096, 1 << 20])))
+                except OffsetOutOfRange:
+                    continue  # retention deleted it meanwhile
+                assert got and got[0][0] <= offset
+                assert got == expected[got[0][0] : got[-1][0] + 1]
+        except BaseException as exc:  # reported by the main thread
+            errors.append(exc)
+
+    threads = [threading.Thread(target=reader, args=(seed,)) for seed in range(3)]
+    for thread in threads:
+        thread.start()
+    rng = random.Random(14)
+    for i in range(200):
+        append_and_expect(log, {"key": [b"k"], "value": [rng.randbytes(700)]}, expected)
+        if i % 10 == 0:
+            log.apply_retention()
+            SEGMENT_CACHE.release_all()
+    done.set()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    wait_for_background_flushes(log)
+    assert read_all(log) == expected[log.log_start_offset :]
+    log.close()
