@@ -69,6 +69,8 @@ class Broker:
         self._port = port
         self.topics: dict[str, TopicMetadata] = {}  # known topics (watched, or read for a client first)
         self._watched_topics: set[str] = set()  # topics whose metadata znode this broker watches
+        self._topic_watches: dict[str, int] = {}  # topic -> number of its current metadata watch
+        self._watch_count = 0
         self.partitions: dict[TopicPartition, Partition] = {}
         self.fetchers: dict[TopicPartition, ReplicaFetcher] = {}
         self._watched: set[TopicPartition] = set()  # partitions whose state znode is watched
@@ -232,29 +234,59 @@ class Broker:
         if self._stopped.is_set():
             return False
         for gone in self._watched_topics - set(children):
-            self.topics.pop(gone, None)
             self._watched_topics.discard(gone)
-            with self._lock:
-                self._watched = {k for k in self._watched if k[0] != gone}
-                for key in [k for k in self.partitions if k[0] == gone]:
-                    fetcher = self.fetchers.pop(key, None)
-                    if fetcher is not None:
-                        fetcher.stop()
-                    self.partitions.pop(key, None)
-            self.logs.delete_topic(gone)
+            self._topic_watches.pop(gone, None)  # its watch ends at its next notification
+            self._drop_topic(gone)
         # not ``self.topics``: a client may have made this broker read a topic before this
-        # notification arrived, and the topic must be watched all the same
+        # notification arrived, and the topic must be watched all the same. A topic still being
+        # created is watched too (its metadata znode), and taken when its creation is complete.
         for name in set(children) - self._watched_topics:
             self._watched_topics.add(name)
             self._watch_topic(name)
         return None
 
+    def _topic_gone(self, name: str) -> None:
+        """The topic node was deleted: drop the topic now (the topics' children notification may
+        come later, or never show the name missing: deleted and created again in between, as
+        when a create removes what a failed creation left), and follow a node of that name that
+        exists again."""
+        self._watched_topics.discard(name)
+        self._topic_watches.pop(name, None)
+        self._drop_topic(name)
+        assert self.cluster is not None
+        try:
+            again = self.cluster.zk.exists(self.cluster.layout.topic(name)) is not None
+        except KazooException:
+            again = False  # the topics' children watch brings it back after reconnecting
+        if again and name not in self._watched_topics:
+            self._watched_topics.add(name)
+            self._watch_topic(name)
+
+    def _drop_topic(self, name: str) -> None:
+        """Forget a topic that is gone or being deleted: its replicas stop, its logs are deleted."""
+        with self._topic_lock:
+            self.topics.pop(name, None)
+            self._unread_topics.discard(name)
+            with self._lock:
+                self._watched = {k for k in self._watched if k[0] != name}
+                for key in [k for k in self.partitions if k[0] == name]:
+                    fetcher = self.fetchers.pop(key, None)
+                    if fetcher is not None:
+                        fetcher.stop()
+                    self.partitions.pop(key, None)
+        self.logs.delete_topic(name)
+
     def _watch_topic(self, name: str) -> None:
         assert self.cluster is not None
         cluster = self.cluster
+        self._watch_count += 1
+        generation = self._topic_watches[name] = self._watch_count
 
         def on_topic(data: bytes | None, _stat: object) -> bool | None:
-            if data is None or self._stopped.is_set():
+            if self._stopped.is_set() or self._topic_watches.get(name) != generation:
+                return False  # stopping, or a newer watch follows this name
+            if data is None:
+                self._topic_gone(name)
                 return False
             return None if self._refresh_topic(name) else False
 
@@ -271,11 +303,16 @@ class Broker:
 
     def _refresh_topic(self, name: str) -> bool:
         """Read a topic's metadata and take (or drop) this broker's replicas of it; False if the
-        topic is gone. A read that fails (a ZooKeeper connection blip) is not lost: the topic is
-        read again after reconnecting and by the maintenance loop."""
+        topic node is gone. A topic still being created is left alone (its last write, which
+        makes it complete, is watched); one being deleted is dropped at once. A read that fails (a
+        ZooKeeper connection blip) is not lost: the topic is read again after reconnecting and by
+        the maintenance loop."""
         assert self.cluster is not None
         try:
-            meta = self.cluster.topic(name)
+            try:
+                meta, status = self.cluster.topic(name), ""
+            except UnknownTopic:  # gone, or not a topic yet (or any more): which?
+                meta, status = self.cluster.read_topic(name)
         except UnknownTopic:
             self._unread_topics.discard(name)
             return False
@@ -284,6 +321,11 @@ class Broker:
             self._unread_topics.add(name)
             return True
         self._unread_topics.discard(name)
+        if status:
+            if name in self.topics or any(k[0] == name for k in self._watched):
+                log.info("topic %s is being %s: dropping its replicas", name, status)
+                self._drop_topic(name)
+            return True
         with self._topic_lock:  # the watch thread and the maintenance loop may both get here
             self.topics[name] = meta
             for p, replicas in enumerate(meta.replicas):
@@ -357,8 +399,9 @@ class Broker:
         with self._lock:
             if self._stopped.is_set():
                 return
-            if self.broker_id not in self.topics[topic].replicas[p]:
-                return
+            meta = self.topics.get(topic)
+            if meta is None or self.broker_id not in meta.replicas[p]:
+                return  # dropped meanwhile (being deleted), or not a replica here
             partition = self._partition(topic, p)
             if version < partition.state_version:
                 return  # an older notification arriving late

@@ -16,6 +16,8 @@ from sparklog.cli.common import (
     print_table,
     read_text_file,
 )
+from sparklog.coordination.cluster import NUM_PARTITIONS_MAX
+from sparklog.names import check_not_internal, check_topic_name
 
 DESCRIBE_HEADERS = ("PARTITION", "LEADER", "REPLICAS", "ISR", "LOG-START-OFFSET", "LOG-END-OFFSET")
 
@@ -26,7 +28,13 @@ def add_topics(sub: argparse._SubParsersAction) -> None:
 
     p = tsub.add_parser("create", help="create a topic")
     p.add_argument("name", metavar="NAME")
-    p.add_argument("--partitions", type=int, default=1, metavar="P", help="number of partitions (default 1)")
+    p.add_argument(
+        "--partitions",
+        type=int,
+        default=1,
+        metavar="P",
+        help=f"number of partitions (default 1, at most num.partitions.max={NUM_PARTITIONS_MAX})",
+    )
     p.add_argument(
         "--replication-factor", type=int, default=1, metavar="R", help="replicas of each partition (default 1)"
     )
@@ -75,6 +83,7 @@ def _configs_text(configs: dict[str, Any]) -> str:
 
 
 def _create(args: argparse.Namespace) -> int:
+    check_not_internal(args.name, "create")  # before connecting: a bad name is the one error to show
     configs = parse_configs(args.config)
     if args.partitions < 1:
         raise CliError(f"--partitions must be at least 1, got {args.partitions}")
@@ -99,6 +108,7 @@ def _list(args: argparse.Namespace) -> int:
 
 
 def _describe(args: argparse.Namespace) -> int:
+    check_topic_name(args.name)
     with admin(args) as client:
         info = client.describe_topic(args.name)
     partitions = info["partitions"]
@@ -131,6 +141,7 @@ def _describe(args: argparse.Namespace) -> int:
 
 
 def _delete(args: argparse.Namespace) -> int:
+    check_not_internal(args.name, "delete")
     with admin(args) as client:
         client.delete_topic(args.name)
     print(f"deleted topic {args.name}")
@@ -138,6 +149,7 @@ def _delete(args: argparse.Namespace) -> int:
 
 
 def _alter(args: argparse.Namespace) -> int:
+    check_not_internal(args.name, "alter")
     configs = parse_configs(args.config)
     with admin(args) as client:
         meta = client.alter_topic(args.name, configs)

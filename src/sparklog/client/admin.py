@@ -27,7 +27,11 @@ class Admin:
         configs: Mapping[str, Any] | None = None,
         value_schema: Any = None,
     ) -> TopicMetadata:
-        """Create a topic; with ``value_schema`` (Avro record schema, JSON text or dict) a typed one."""
+        """Create a topic; with ``value_schema`` (Avro record schema, JSON text or dict) a typed one.
+        Refused: names breaking the naming rule or starting ``__sparklog`` (reserved for sparklog's
+        internal topics; also for :meth:`alter_topic` and :meth:`delete_topic`) with
+        :class:`~sparklog.errors.InvalidTopic`, and more than ``num.partitions.max`` (10,000)
+        partitions with :class:`~sparklog.errors.InvalidPartitions`."""
         return self.cluster.create_topic(name, partitions, replication_factor, configs, value_schema)
 
     def register_schema(self, topic: str, schema: Any) -> ValueSchema:

@@ -119,10 +119,13 @@ class ClusterClient:
         return meta
 
     def leader(self, topic: str, partition: int, refresh: bool = False) -> BrokerInfo:
-        """The broker leading a partition (BrokerNotAvailable if it is not live)."""
+        """The broker leading a partition (BrokerNotAvailable if it is not live; UnknownTopic for a
+        topic that does not exist, or is still being created: its first partitions' states exist
+        before the topic is complete)."""
         key = (topic, partition)
         broker_id = None if refresh else self._leaders.get(key)
         if broker_id is None:
+            self.topic(topic)
             broker_id = self._leaders[key] = self.cluster.partition_state(topic, partition).leader
             self._watch_state(topic, partition)
         info = None if refresh else self._brokers.get(broker_id)

@@ -3,24 +3,38 @@ and consumer groups' committed offsets. Used by brokers, clients and the CLI ali
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 from kazoo.client import KazooClient
-from kazoo.exceptions import NodeExistsError, NoNodeError
+from kazoo.exceptions import NodeExistsError, NoNodeError, RolledBackError
 from kazoo.handlers.threading import KazooTimeoutError
 
 from sparklog.config import TopicConfig
-from sparklog.coordination.zk_layout import GROUP_NAME, TOPIC_NAME, ZkLayout, split_connect_string
+from sparklog.coordination.zk_layout import ZkLayout, split_connect_string
 from sparklog.errors import (
     CoordinatorNotAvailable,
+    InvalidPartitions,
     InvalidRequest,
     TopicExists,
     UnknownGroup,
     UnknownTopic,
 )
+from sparklog.names import check_group_id, check_not_internal, check_topic_name
+
+# the most partitions a topic may have (Kafka's num.partitions.max; KIP-578 has no default, we pick
+# one that keeps a topic's metadata a small fraction of ZooKeeper's 1 MB znode limit)
+NUM_PARTITIONS_MAX = 10_000
+# ZooKeeper refuses requests (and znodes) over jute.maxbuffer, 1 MB by default: a topic's metadata
+# must fit one znode, and its partitions are written in transactions well below that
+ZK_MAX_DATA_BYTES = 1_000_000
+ZK_TXN_MAX_BYTES = 256 * 1024
+ZK_TXN_MAX_OPS = 500
+CREATING = "creating"
+DELETING = "deleting"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -78,6 +92,26 @@ def assign_replicas(broker_ids: list[int], partitions: int, replication_factor: 
     return [[brokers[(start + p + r) % n] for r in range(replication_factor)] for p in range(partitions)]
 
 
+def _numeric(name: str) -> tuple[int, str]:
+    return (int(name), "") if name.isdigit() else (1 << 62, name)
+
+
+def _chunks(ops: list[tuple[str, str, bytes]]) -> Iterable[list[tuple[str, str, bytes]]]:
+    """ZooKeeper operations in groups small enough for one transaction (at most ``ZK_TXN_MAX_OPS``
+    operations and about ``ZK_TXN_MAX_BYTES`` of paths and data)."""
+    chunk: list[tuple[str, str, bytes]] = []
+    size = 0
+    for op in ops:
+        cost = len(op[1]) + len(op[2]) + 64  # path, data, and the header and ACL of a request
+        if chunk and (len(chunk) >= ZK_TXN_MAX_OPS or size + cost > ZK_TXN_MAX_BYTES):
+            yield chunk
+            chunk, size = [], 0
+        chunk.append(op)
+        size += cost
+    if chunk:
+        yield chunk
+
+
 class ClusterMetadata:
     """Reads and writes sparklog's ZooKeeper nodes (layout: :mod:`sparklog.coordination.zk_layout`)."""
 
@@ -100,7 +134,8 @@ class ClusterMetadata:
                 raise CoordinatorNotAvailable(
                     f"cannot reach ZooKeeper at {self.connect} ({type(exc).__name__}); is it running?"
                 ) from None
-        for path in (self.layout.broker_ids, self.layout.topics, self.layout.consumers, self.layout.schema_root):
+        layout = self.layout
+        for path in (layout.broker_ids, layout.topics, layout.consumers, layout.schema_root, layout.pending_topics):
             self.zk.ensure_path(path)
         return self
 
@@ -144,14 +179,33 @@ class ClusterMetadata:
         replication_factor: int = 1,
         configs: Mapping[str, Any] | None = None,
         value_schema: Any = None,
+        *,
+        internal: bool = False,
+        num_partitions_max: int = NUM_PARTITIONS_MAX,
     ) -> TopicMetadata:
         """Create a topic, assigning its partitions' replicas to the live brokers. With
         ``value_schema`` (Avro JSON) it is a typed topic: the schema is version 1, created in the
-        same ZooKeeper transaction as the topic."""
-        if not TOPIC_NAME.match(name):
-            raise InvalidRequest(f"invalid topic name {name!r}: use 1-200 of [A-Za-z0-9._-]")
+        same ZooKeeper transaction as the topic node.
+
+        Names starting with ``__sparklog`` are refused (:class:`InvalidTopic`) unless ``internal``:
+        only sparklog itself creates its internal topics. More than ``num_partitions_max``
+        partitions are refused (:class:`InvalidPartitions`).
+
+        All or nothing as readers see it: the topic node is written first marked ``creating`` (and
+        listed under ``admin/pending_topics``, which :meth:`topics` leaves out), the partitions'
+        state znodes follow in transactions within ZooKeeper's 1 MB request limit, and one last
+        transaction drops the mark. A client that dies half-way leaves a pending topic without a live
+        owner: the next :meth:`create_topic` or :meth:`delete_topic` of that name removes it."""
+        if internal:
+            check_topic_name(name)
+        else:
+            check_not_internal(name, "create")
         if partitions < 1:
-            raise InvalidRequest(f"--partitions must be at least 1, got {partitions}")
+            raise InvalidPartitions(f"--partitions must be at least 1, got {partitions}")
+        if partitions > num_partitions_max:
+            raise InvalidPartitions(
+                f"topic {name!r}: {partitions} partitions exceed num.partitions.max={num_partitions_max}"
+            )
         if replication_factor < 1:
             raise InvalidRequest(f"--replication-factor must be at least 1, got {replication_factor}")
         config = TopicConfig.from_dict(configs or {})
@@ -159,6 +213,11 @@ class ClusterMetadata:
             raise InvalidRequest(
                 f"min.insync.replicas={config.min_insync_replicas} exceeds the replication factor {replication_factor}"
             )
+        schema_json = None
+        if value_schema is not None:
+            from sparklog.schemas.value_schema import ValueSchema
+
+            schema_json = ValueSchema.parse(value_schema, topic=name).json  # refuses bad or unmappable schemas now
         brokers = list(self.brokers())
         if len(brokers) < replication_factor:
             raise InvalidRequest(
@@ -167,52 +226,229 @@ class ClusterMetadata:
         start = len(self.zk.get_children(self.layout.topics)) % len(brokers)
         replicas = assign_replicas(brokers, partitions, replication_factor, start)
         overrides = {k: str(v) for k, v in (configs or {}).items()}
-        meta = TopicMetadata(name, replicas, overrides)
-        tx = self.zk.transaction()
-        tx.create(self.layout.topic(name), json.dumps({"replicas": replicas, "configs": overrides}).encode())
-        tx.create(f"{self.layout.topic(name)}/partitions")
-        tx.create(self.layout.schemas(name))  # brokers watch it for schema versions, typed or not
-        if value_schema is not None:
-            from sparklog.schemas.value_schema import ValueSchema
+        body = {"replicas": replicas, "configs": overrides}
+        size = len(json.dumps(body)) + len(schema_json or "")
+        if size > ZK_MAX_DATA_BYTES:
+            raise InvalidPartitions(
+                f"topic {name!r}: the metadata of {partitions} partitions x {replication_factor} replicas is "
+                f"{size} bytes, over ZooKeeper's 1 MB limit; use fewer partitions"
+            )
+        self._begin_topic_creation(name, body, schema_json)
+        try:
+            self._create_partition_states(name, replicas)
+            self._finish_topic_creation(name, body)
+        except BaseException:
+            with contextlib.suppress(Exception):  # best effort; else the next create or delete cleans up
+                self._remove_topic_nodes(name)
+            raise
+        finally:
+            with contextlib.suppress(Exception):
+                self._release_pending(name)
+        return TopicMetadata(name, replicas, overrides)
 
-            parsed = ValueSchema.parse(value_schema, topic=name)  # refuses bad or unmappable schemas now
-            tx.create(f"{self.layout.schemas(name)}/1", parsed.json.encode())
+    def _begin_topic_creation(self, name: str, body: dict[str, Any], schema_json: str | None) -> None:
+        """First write of a creation: the topic node marked ``creating``, its ``partitions`` node,
+        its schemas node (and version 1), the pending mark and this client's ephemeral ownership.
+        A pending topic left by a client that died is removed first; one still owned is refused."""
+        layout = self.layout
+        for _attempt in range(3):
+            tx = self.zk.transaction()
+            tx.create(layout.topic(name), json.dumps({**body, "status": CREATING}).encode())
+            tx.create(layout.topic_partitions(name))
+            tx.create(layout.schemas(name))  # brokers watch it for schema versions, typed or not
+            if schema_json is not None:
+                tx.create(f"{layout.schemas(name)}/1", schema_json.encode())
+            tx.create(layout.pending_topic(name))
+            tx.create(layout.pending_topic_owner(name), ephemeral=True)
+            results = tx.commit()
+            if not any(isinstance(r, Exception) for r in results):
+                return
+            status = self._topic_status(name)
+            if status is None:
+                if any(isinstance(r, NodeExistsError) for r in results):
+                    raise TopicExists(f"topic {name!r} already exists")
+                failed = next(r for r in results if isinstance(r, Exception) and not isinstance(r, RolledBackError))
+                raise InvalidRequest(f"could not create topic {name!r}: {failed!r}")
+            if status == "":
+                raise TopicExists(f"topic {name!r} already exists")
+            self._claim_leftover(name, status)
+            try:
+                self._remove_topic_nodes(name)
+            finally:
+                self._release_pending(name)
+        raise TopicExists(f"topic {name!r} is being created by another client")
+
+    def _create_partition_states(self, name: str, replicas: list[list[int]]) -> None:
+        """Every partition's znode and its first state (leader: the first replica), in chunks."""
+        ops = []
         for p, reps in enumerate(replicas):
-            tx.create(f"{self.layout.topic(name)}/partitions/{p}")
-            tx.create(self.layout.partition_state(name, p), PartitionState(reps[0], 0, list(reps)).to_json())
+            path = f"{self.layout.topic_partitions(name)}/{p}"
+            ops.append(("create", path, b""))
+            ops.append(("create", f"{path}/state", PartitionState(reps[0], 0, list(reps)).to_json()))
+        for chunk in _chunks(ops):
+            tx = self.zk.transaction()
+            for _op, path, data in chunk:
+                tx.create(path, data)
+            results = tx.commit()
+            failed = [r for r in results if isinstance(r, Exception) and not isinstance(r, RolledBackError)]
+            if failed:
+                raise InvalidRequest(f"could not create the partitions of topic {name!r}: {failed[0]!r}")
+
+    def _finish_topic_creation(self, name: str, body: dict[str, Any]) -> None:
+        """The write that makes a created topic visible, all of it at once."""
+        self._require_owner(name)
+        tx = self.zk.transaction()
+        tx.set_data(self.layout.topic(name), json.dumps(body).encode(), version=0)
+        tx.delete(self.layout.pending_topic_owner(name))
+        tx.delete(self.layout.pending_topic(name))
         results = tx.commit()
-        if any(isinstance(r, NodeExistsError) for r in results):
-            raise TopicExists(f"topic {name!r} already exists")
-        failed = [r for r in results if isinstance(r, Exception)]
+        failed = [r for r in results if isinstance(r, Exception) and not isinstance(r, RolledBackError)]
         if failed:
-            raise InvalidRequest(f"could not create topic {name!r}: {failed[0]!r}")
-        return meta
+            raise InvalidRequest(f"could not finish creating topic {name!r}: {failed[0]!r}")
+
+    def _topic_status(self, name: str) -> str | None:
+        """None: no topic node; "": a visible topic; else its pending status."""
+        try:
+            data, _ = self.zk.get(self.layout.topic(name))
+        except NoNodeError:
+            return None
+        return str(json.loads(data).get("status", ""))
+
+    def _claim_leftover(self, name: str, status: str) -> None:
+        """Take ownership of a pending topic whose owner is gone (TopicExists or UnknownTopic, by
+        ``status``, if another client still owns it)."""
+        self.zk.ensure_path(self.layout.pending_topic(name))
+        try:
+            self.zk.create(self.layout.pending_topic_owner(name), ephemeral=True)
+        except NodeExistsError:
+            if status == CREATING:
+                raise TopicExists(f"topic {name!r} is being created by another client") from None
+            raise TopicExists(f"topic {name!r} is being deleted; try again once it is gone") from None
+
+    def _require_owner(self, name: str) -> None:
+        """Refuse to go on with a pending topic this client no longer owns (its session expired
+        and another client took the leftover over)."""
+        stat = self.zk.exists(self.layout.pending_topic_owner(name))
+        if stat is None or stat.ephemeralOwner != self.zk.client_id[0]:
+            raise InvalidRequest(f"lost the ownership of pending topic {name!r} (ZooKeeper session expired)")
+
+    def _release_pending(self, name: str) -> None:
+        """Drop this client's ownership of a pending topic (if it still holds it)."""
+        path = self.layout.pending_topic_owner(name)
+        stat = self.zk.exists(path)
+        if stat is not None and stat.ephemeralOwner == self.zk.client_id[0]:
+            with contextlib.suppress(NoNodeError):
+                self.zk.delete(path)
+
+    def _remove_topic_nodes(self, name: str) -> None:
+        """Remove a pending topic's znodes (the caller owns it): partitions and schema versions in
+        chunks, then the topic node, its schemas node and the pending mark in one transaction."""
+        self._require_owner(name)
+        layout = self.layout
+        ops: list[tuple[str, str, bytes]] = []
+        with contextlib.suppress(NoNodeError):
+            for p in sorted(self.zk.get_children(layout.topic_partitions(name)), key=_numeric):
+                path = f"{layout.topic_partitions(name)}/{p}"
+                ops.append(("delete", f"{path}/state", b""))
+                ops.append(("delete", path, b""))
+        with contextlib.suppress(NoNodeError):
+            for v in self.zk.get_children(layout.schemas(name)):
+                ops.append(("delete", f"{layout.schemas(name)}/{v}", b""))
+        for chunk in _chunks(ops):
+            tx = self.zk.transaction()
+            for _op, path, _data in chunk:
+                tx.delete(path)
+            if any(isinstance(r, Exception) for r in tx.commit()):
+                for _op, path, _data in chunk:  # something else was there: one by one
+                    with contextlib.suppress(NoNodeError):
+                        self.zk.delete(path, recursive=True)
+        with contextlib.suppress(NoNodeError):
+            for child in self.zk.get_children(layout.topic(name)):  # anything else under the topic node
+                if child != "partitions":
+                    self.zk.delete(f"{layout.topic(name)}/{child}", recursive=True)
+        tx = self.zk.transaction()
+        for path in (layout.topic_partitions(name), layout.topic(name), layout.schemas(name)):
+            if self.zk.exists(path):
+                tx.delete(path)
+        tx.delete(layout.pending_topic_owner(name))  # fails the whole transaction if it is not ours any more
+        tx.delete(layout.pending_topic(name))
+        results = tx.commit()
+        if any(isinstance(r, Exception) for r in results):
+            raise InvalidRequest(f"could not remove topic {name!r}: {results!r}")
 
     def topics(self) -> list[str]:
-        return sorted(self.zk.get_children(self.layout.topics))
+        """The topics, without those being created or deleted."""
+        names = self.zk.get_children(self.layout.topics)
+        try:
+            pending = set(self.zk.get_children(self.layout.pending_topics))
+        except NoNodeError:
+            pending = set()
+        return sorted(n for n in names if n not in pending)
 
     def topic(self, name: str) -> TopicMetadata:
+        meta, status = self.read_topic(name)
+        if status:
+            raise UnknownTopic(f"unknown topic {name!r} (it is being {status[:-3]}ed)")
+        return meta
+
+    def read_topic(self, name: str) -> tuple[TopicMetadata, str]:
+        """A topic's metadata and its status: "" when visible, ``creating`` or ``deleting`` while
+        that is under way (readers must treat those as absent); UnknownTopic without a topic node."""
         try:
             data, _ = self.zk.get(self.layout.topic(name))
         except NoNodeError:
             raise UnknownTopic(f"unknown topic {name!r}") from None
         raw = json.loads(data)
-        return TopicMetadata(name, [list(map(int, r)) for r in raw["replicas"]], dict(raw.get("configs", {})))
+        meta = TopicMetadata(name, [list(map(int, r)) for r in raw["replicas"]], dict(raw.get("configs", {})))
+        return meta, str(raw.get("status", ""))
 
-    def delete_topic(self, name: str) -> None:
-        self.topic(name)
-        self.zk.delete(self.layout.topic(name), recursive=True)
-        for path in (self.layout.schemas(name),):
-            if self.zk.exists(path):
-                self.zk.delete(path, recursive=True)
+    def delete_topic(self, name: str, *, internal: bool = False) -> None:
+        """Delete a topic: first made invisible in one write (marked ``deleting``: brokers drop
+        their replicas, clients stop finding it), then its znodes are removed in chunks. Internal
+        (``__sparklog``) topics only with ``internal``. A pending topic whose owner died (a
+        creation or deletion cut short) is removed too."""
+        if not internal:
+            check_not_internal(name, "delete")
+        layout = self.layout
+        for _attempt in range(3):
+            try:
+                data, stat = self.zk.get(layout.topic(name))
+            except NoNodeError:
+                raise UnknownTopic(f"unknown topic {name!r}") from None
+            raw = json.loads(data)
+            status = str(raw.get("status", ""))
+            if status:
+                try:
+                    self._claim_leftover(name, status)
+                except TopicExists:
+                    raise UnknownTopic(f"unknown topic {name!r} (it is being {status[:-3]}ed)") from None
+            else:
+                tx = self.zk.transaction()
+                tx.set_data(layout.topic(name), json.dumps({**raw, "status": DELETING}).encode(), version=stat.version)
+                tx.create(layout.pending_topic(name))
+                tx.create(layout.pending_topic_owner(name), ephemeral=True)
+                if any(isinstance(r, Exception) for r in tx.commit()):
+                    continue  # changed meanwhile (configs, ISR, another delete): look again
+            try:
+                self._remove_topic_nodes(name)
+            finally:
+                with contextlib.suppress(Exception):
+                    self._release_pending(name)
+            return
+        raise InvalidRequest(f"topic {name!r} kept changing while being deleted; try again")
 
-    def alter_topic_configs(self, name: str, configs: Mapping[str, Any]) -> TopicMetadata:
-        """Change some configs of a topic (validated; the brokers pick the change up by watch)."""
+    def alter_topic_configs(self, name: str, configs: Mapping[str, Any], *, internal: bool = False) -> TopicMetadata:
+        """Change some configs of a topic (validated; the brokers pick the change up by watch).
+        Internal (``__sparklog``) topics only with ``internal``."""
+        if not internal:
+            check_not_internal(name, "alter")
         meta = self.topic(name)
         merged = {**meta.configs, **{k: str(v) for k, v in configs.items()}}
         TopicConfig.from_dict(merged)
         data, stat = self.zk.get(self.layout.topic(name))
         raw = json.loads(data)
+        if raw.get("status"):
+            raise UnknownTopic(f"unknown topic {name!r} (it is being {raw['status'][:-3]}ed)")
         raw["configs"] = merged
         self.zk.set(self.layout.topic(name), json.dumps(raw).encode(), version=stat.version)
         return TopicMetadata(name, meta.replicas, merged)
@@ -303,8 +539,7 @@ class ClusterMetadata:
     # ----------------------------------------------------------------- consumer groups
     def commit_offsets(self, group: str, offsets: Mapping[tuple[str, int], int]) -> None:
         """Store each (topic, partition)'s committed offset: the next offset the group will read."""
-        if not GROUP_NAME.match(group):
-            raise InvalidRequest(f"invalid group name {group!r}: use 1-200 of [A-Za-z0-9._-]")
+        check_group_id(group)
         for (topic, partition), offset in offsets.items():
             if offset < 0:
                 raise InvalidRequest(f"cannot commit negative offset {offset} for {topic}-{partition}")
@@ -336,5 +571,5 @@ class ClusterMetadata:
         return sorted(self.zk.get_children(self.layout.consumers))
 
     def require_group(self, group: str) -> None:
-        if not self.zk.exists(f"{self.layout.consumers}/{group}"):
+        if not self.zk.exists(self.layout.group(group)):
             raise UnknownGroup(f"unknown consumer group {group!r}")

@@ -3,22 +3,26 @@
 ```
 <root>/brokers/ids/<id>                                  ephemeral: {"host", "port"}
 <root>/controller                                        ephemeral: {"broker_id"}
-<root>/topics/<topic>                                    {"partitions", "replicas": [[ids]...], "configs"}
+<root>/topics/<topic>                                    {"replicas": [[ids]...], "configs"[, "status"]}
 <root>/topics/<topic>/partitions/<p>/state               {"leader", "leader_epoch", "isr"}
+<root>/admin/pending_topics/<topic>                      a topic being created or deleted (in chunks)
+<root>/admin/pending_topics/<topic>/owner                ephemeral: the client doing it
 <root>/consumers/<group>/offsets/<topic>/<partition>     committed offset, decimal text
 <root>/consumers/<group>/members/<member>                ephemeral: a live member of the group
 <root>/schemas/<topic>/<version>                         Avro schema JSON of a typed topic
 <root>/admin/reassign/<topic>                            {"partitions": {"<p>": [ids]}}: a pending move
 ```
+
+A topic znode with a ``status`` (``creating`` or ``deleting``) is not a topic yet, or no longer:
+readers treat it as absent (see :mod:`sparklog.coordination.cluster`). Every path with a topic or
+group name checks the name first (:mod:`sparklog.names`), so no name can walk ZooKeeper's tree.
 """
 
 from __future__ import annotations
 
-import re
+from sparklog.names import check_group_id, check_topic_name
 
 DEFAULT_ROOT = "/sparklog"
-TOPIC_NAME = re.compile(r"^[A-Za-z0-9._-]{1,200}$")
-GROUP_NAME = TOPIC_NAME
 
 
 def split_connect_string(connect: str) -> tuple[str, str]:
@@ -56,7 +60,20 @@ class ZkLayout:
         return f"{self.root}/topics"
 
     def topic(self, topic: str) -> str:
-        return f"{self.topics}/{topic}"
+        return f"{self.topics}/{check_topic_name(topic)}"
+
+    def topic_partitions(self, topic: str) -> str:
+        return f"{self.topic(topic)}/partitions"
+
+    @property
+    def pending_topics(self) -> str:
+        return f"{self.root}/admin/pending_topics"
+
+    def pending_topic(self, topic: str) -> str:
+        return f"{self.pending_topics}/{check_topic_name(topic)}"
+
+    def pending_topic_owner(self, topic: str) -> str:
+        return f"{self.pending_topic(topic)}/owner"
 
     def partition_state(self, topic: str, partition: int) -> str:
         return f"{self.topic(topic)}/partitions/{partition}/state"
@@ -65,25 +82,28 @@ class ZkLayout:
     def consumers(self) -> str:
         return f"{self.root}/consumers"
 
+    def group(self, group: str) -> str:
+        return f"{self.consumers}/{check_group_id(group)}"
+
     def group_offsets(self, group: str) -> str:
-        return f"{self.consumers}/{group}/offsets"
+        return f"{self.group(group)}/offsets"
 
     def committed_offset(self, group: str, topic: str, partition: int) -> str:
-        return f"{self.group_offsets(group)}/{topic}/{partition}"
+        return f"{self.group_offsets(group)}/{check_topic_name(topic)}/{partition}"
 
     def group_members(self, group: str) -> str:
-        return f"{self.consumers}/{group}/members"
+        return f"{self.group(group)}/members"
 
     @property
     def reassignments(self) -> str:
         return f"{self.root}/admin/reassign"
 
     def reassignment(self, topic: str) -> str:
-        return f"{self.reassignments}/{topic}"
+        return f"{self.reassignments}/{check_topic_name(topic)}"
 
     @property
     def schema_root(self) -> str:
         return f"{self.root}/schemas"
 
     def schemas(self, topic: str) -> str:
-        return f"{self.schema_root}/{topic}"
+        return f"{self.schema_root}/{check_topic_name(topic)}"

@@ -18,13 +18,12 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from sparklog.coordination.zk_layout import GROUP_NAME, TOPIC_NAME
-from sparklog.errors import InvalidRequest
+from sparklog.errors import InvalidGroupId, InvalidRequest, InvalidTopic
+from sparklog.names import INTERNAL_TOPIC_PREFIX, check_group_id, check_topic_name
 
 DEFAULT_ZOOKEEPER = "127.0.0.1:2181"
 ZOOKEEPER_ENV = "SPARKLOG_ZOOKEEPER"
 DEFAULT_STAGING_TOPIC = "__sparklog_staging"
-INTERNAL_TOPIC_PREFIX = "__sparklog"
 DEFAULT_BATCH_RECORDS = 10_000
 
 # Kafka's special offsets inside a JSON offsets object
@@ -109,13 +108,20 @@ def parse_timestamp(key: str, raw: str) -> int:
     return int(when.timestamp() * 1000)
 
 
+def _topic_name(key: str, name: object) -> str:
+    """``name`` if it is a valid topic name, else InvalidTopic naming the option."""
+    try:
+        return check_topic_name(name)
+    except InvalidTopic as exc:
+        raise InvalidTopic(f"sparklog option '{_name(key)}': {exc}") from None
+
+
 def _topics(key: str, raw: str) -> tuple[str, ...]:
     names = tuple(t.strip() for t in str(raw).split(",") if t.strip())
     if not names:
         raise _fail(key, "needs at least one topic name")
     for name in names:
-        if not TOPIC_NAME.match(name):
-            raise _fail(key, f"invalid topic name {name!r} (use 1-200 of [A-Za-z0-9._-])")
+        _topic_name(key, name)
     if len(set(names)) != len(names):
         raise _fail(key, f"names a topic twice: {raw!r}")
     return names
@@ -134,8 +140,7 @@ def parse_offsets_json(key: str, raw: str, allow_earliest: bool = True) -> Offse
         raise _fail(key, f'must be a JSON object like {{"topic": {{"0": 23}}}}, got {raw!r}')
     out: OffsetSpec = {}
     for topic, parts in data.items():
-        if not isinstance(topic, str) or not TOPIC_NAME.match(topic):
-            raise _fail(key, f"invalid topic name {topic!r}")
+        _topic_name(key, topic)
         if not isinstance(parts, dict) or not parts:
             raise _fail(key, f'topic {topic!r} needs an object of partition offsets like {{"0": 23}}')
         out[topic] = {}
@@ -262,8 +267,11 @@ def parse_read_options(options: Mapping[str, Any]) -> ReadOptions:
             raise _fail("fields", str(exc)) from None
 
     group = opts.get("group")
-    if group is not None and not GROUP_NAME.match(group):
-        raise _fail("group", f"invalid group name {group!r} (use 1-200 of [A-Za-z0-9._-])")
+    if group is not None:
+        try:
+            check_group_id(group)
+        except InvalidGroupId as exc:
+            raise InvalidGroupId(f"sparklog option 'group': {exc}") from None
 
     starting, starting_json, starting_ts = "default", None, None
     if "startingoffsets" in opts and "startingtimestamp" in opts:
@@ -344,8 +352,11 @@ def parse_write_options(options: Mapping[str, Any]) -> WriteOptions:
         if len(topic) != 1:
             raise _fail("topic", "names the one topic a write goes to (rows may name others in a 'topic' column)")
         topic = topic[0]
-    staging = opts.get("stagingtopic", DEFAULT_STAGING_TOPIC)
-    _topics("stagingTopic", staging)
+    # a staging topic named '__sparklog...' is the sink's own (created with its settings); any other
+    # is the user's; either way the sink checks its settings before staging rows in it
+    staging = _topic_name("stagingTopic", opts.get("stagingtopic", DEFAULT_STAGING_TOPIC).strip())
+    if staging == topic:
+        raise _fail("stagingTopic", f"names the target topic {topic!r}; staged rows must go to another topic")
     crash = None
     if TEST_CRASH_COMMIT.lower() in opts:
         marker, _, point = opts[TEST_CRASH_COMMIT.lower()].rpartition(":")

@@ -14,7 +14,11 @@ checkpoint (Spark's Kafka sink is only at-least-once). How:
 
 1. *Stage* (tasks, :class:`Stager`): each task appends its rows, grouped by target partition in
    slices of ``batchRecords`` rows, to a staging topic (``stagingTopic``, default
-   ``__sparklog_staging``, created on first use with ``retention.ms`` of one hour), in a staging
+   ``__sparklog_staging``, created on first use with ``retention.ms`` of one hour; names starting
+   ``__sparklog`` are reserved for sparklog, which alone creates them; a staging topic that exists
+   already is refused, with the setting named, if its settings could lose staged rows:
+   ``cleanup.policy`` other than delete, ``retention.ms`` under an hour, ``retention.bytes`` under
+   1 GiB, ``LogAppendTime`` or unclean leader election), in a staging
    partition led by the same broker as the slice's target partition where there is one; its commit
    message lists where each slice landed (staging topic, partition and exact offsets) and which
    partition it is for. Nothing is visible in the target topic yet. A failed or duplicate task
@@ -51,7 +55,8 @@ Order: rows a task writes to one partition keep their order; rows of different t
 Limits: the guarantee covers the rows Spark hands to the sink for a batch id (a query restarted
 from a *new* checkpoint is a new query, and a batch job run twice writes twice; a batch write is
 exactly-once across its task retries). Finishing a half-published batch needs its staged rows
-(kept an hour by default: restart within that, or raise the staging topic's ``retention.ms``) and
+(kept an hour by default: restart within that, or stage in a topic of your own, ``stagingTopic``,
+with a longer ``retention.ms``) and
 the partitions' latest batches from this query (the broker recognises repeats by the producer state
 it rebuilds from its log; if retention deleted them before the restart, the repeated slices would
 be appended again). Every row is written twice (staging, then its topic): a micro-batch costs one
@@ -64,6 +69,7 @@ import dataclasses
 import hashlib
 import logging
 import os
+import time
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -92,16 +98,22 @@ from pyspark.sql.types import (
 
 from sparklog.client.cluster_client import ClusterClient
 from sparklog.client.partitioner import partitions_for_keys
+from sparklog.config import TopicConfig
+from sparklog.coordination.cluster import TopicMetadata
 from sparklog.datasource import connections
 from sparklog.datasource.options import WriteOptions
 from sparklog.datasource.typed import check_sink_value_type, sink_values
-from sparklog.errors import InvalidRecord, InvalidRequest, SparklogError, TopicExists, UnknownTopic
+from sparklog.errors import InvalidRecord, InvalidRequest, PolicyViolation, SparklogError, TopicExists, UnknownTopic
+from sparklog.names import is_internal
 from sparklog.records import to_record_batch
 from sparklog.schemas.value_schema import ValueSchema
 
 log = logging.getLogger("sparklog.datasource")
 
-STAGING_CONFIGS = {"retention.ms": str(3600 * 1000), "segment.ms": str(600 * 1000)}
+STAGING_RETENTION_MS = 3600 * 1000
+STAGING_CONFIGS = {"retention.ms": str(STAGING_RETENTION_MS), "segment.ms": str(600 * 1000)}
+STAGING_MIN_RETENTION_BYTES = 1 << 30
+STAGING_CREATE_WAIT_S = 60.0  # how long a task waits for a staging topic another task is creating
 
 # (target topic, target partition, staging partition, first staged offset, last staged offset, staging topic)
 Slice = tuple[str, int, int, int, int, str]
@@ -175,25 +187,67 @@ def check_input_schema(schema: StructType, options: WriteOptions) -> None:
 
 
 # ----------------------------------------------------------------------------------------- staging
+def staging_config_problem(config: TopicConfig) -> str | None:
+    """What in a staging topic's settings could lose or alter staged rows before they are
+    published (None if nothing): the sink refuses such a topic instead of staging in it."""
+    if config.cleanup_policy != "delete":
+        return f"cleanup.policy={config.cleanup_policy} (compaction drops staged rows that share a key); needs delete"
+    if config.retention_ms != -1 and config.retention_ms < STAGING_RETENTION_MS:
+        return (
+            f"retention.ms={config.retention_ms} (staged rows could be deleted before they are published); "
+            f"needs at least {STAGING_RETENTION_MS} or -1"
+        )
+    if config.retention_bytes != -1 and config.retention_bytes < STAGING_MIN_RETENTION_BYTES:
+        return (
+            f"retention.bytes={config.retention_bytes} (staged rows could be deleted before they are published); "
+            f"needs at least {STAGING_MIN_RETENTION_BYTES} or -1"
+        )
+    if config.message_timestamp_type != "CreateTime":
+        kind = config.message_timestamp_type
+        return f"message.timestamp.type={kind} (staged rows would lose their timestamps); needs CreateTime"
+    if config.unclean_leader_election_enable:
+        return "unclean.leader.election.enable=true (an unclean election loses staged rows); needs false"
+    return None
+
+
+def check_staging_topic(meta: TopicMetadata) -> None:
+    """Refuse (PolicyViolation naming the setting) a staging topic whose settings could lose or
+    alter staged rows: someone else created it (before names starting ``__sparklog`` were
+    reserved), or a user's own ``stagingTopic`` is set up for another purpose."""
+    problem = staging_config_problem(meta.config)
+    if problem is None:
+        return
+    whose = "sparklog's internal staging topic" if is_internal(meta.name) else "the staging topic"
+    raise PolicyViolation(
+        f"sparklog sink: {whose} {meta.name!r} has {problem}; nothing was written. Use another staging topic "
+        "(option 'stagingTopic')" + ("" if is_internal(meta.name) else " or fix its configs")
+    )
+
+
 def ensure_staging_topic(client: ClusterClient, name: str, value_schema: ValueSchema | None = None) -> int:
     """The staging topic's partition count, creating the topic on first use (typed with
-    ``value_schema`` as its only version, for a typed target)."""
+    ``value_schema`` as its only version, for a typed target) with the sink's settings; a topic
+    that exists already must have settings that keep staged rows (:func:`check_staging_topic`).
+    Names starting ``__sparklog`` are sparklog's internal topics: created through the internal path
+    (users cannot create them)."""
     try:
-        partitions = client.topic(name).partitions
+        meta = client.topic(name, refresh=True)
     except UnknownTopic:
         brokers = len(client.cluster.brokers())
         try:
-            client.cluster.create_topic(
+            meta = client.cluster.create_topic(
                 name,
                 max(4, 2 * brokers),
                 min(3, max(1, brokers)),
                 STAGING_CONFIGS,
                 value_schema=None if value_schema is None else value_schema.json,
+                internal=True,
             )
             log.info("sparklog: created the staging topic %s", name)
         except TopicExists:
-            pass
-        partitions = client.topic(name, refresh=True).partitions
+            meta = _wait_for_topic(client, name)  # another task created it (or is creating it)
+    check_staging_topic(meta)
+    partitions = meta.partitions
     if value_schema is not None:
         staged = client.value_schema(name)
         if staged is None or not staged.same_as(value_schema):
@@ -204,11 +258,26 @@ def ensure_staging_topic(client: ClusterClient, name: str, value_schema: ValueSc
     return partitions
 
 
+def _wait_for_topic(client: ClusterClient, name: str) -> TopicMetadata:
+    """A topic that exists or is being created (in chunks, by another task): its metadata once
+    it is complete."""
+    deadline = time.monotonic() + STAGING_CREATE_WAIT_S
+    while True:
+        try:
+            return client.topic(name, refresh=True)
+        except UnknownTopic:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)
+
+
 def typed_staging_topic(staging: str, topic: str, schema: ValueSchema) -> str:
     """The staging topic of a typed target's schema version: ``<staging>.<topic>.v<version>.<hash>``."""
     digest = hashlib.sha256(schema.json.encode()).hexdigest()[:8]
     name = f"{staging}.{topic}.v{schema.version}.{digest}"
-    if len(name) > 200:  # topic names stop at 200 characters
+    # names were limited to 200 characters when this was written; the threshold stays so that the
+    # staging topics of existing targets keep their names (the hashed form is well within today's 249)
+    if len(name) > 200:
         name = f"{staging}.{hashlib.sha256(topic.encode()).hexdigest()[:16]}.v{schema.version}.{digest}"
     return name
 
@@ -228,6 +297,17 @@ def _partitions_of(client: ClusterClient, zookeeper: str, topic: str) -> int:
             raise UnknownTopic(f"sparklog sink: topic {topic!r} does not exist (create it first)") from None
         _partition_counts[key] = n
     return n
+
+
+def check_existing_staging_topic(options: WriteOptions) -> None:
+    """At save()/start(): a staging topic that exists must keep staged rows (fails the write at
+    once, not in its tasks); one that does not exist yet is created by the first task."""
+    client = connections.cluster_client(options.zookeeper)
+    try:
+        meta = client.topic(options.staging_topic, refresh=True)
+    except UnknownTopic:
+        return
+    check_staging_topic(meta)
 
 
 def check_target_topic(options: WriteOptions, schema: StructType) -> None:
@@ -274,6 +354,8 @@ class Stager:
         topics = self._topics(batch.column(lower["topic"]) if "topic" in lower else None, batch.num_rows)
         explicit = batch.column(lower["partition"]) if "partition" in lower else None
         for topic, rows in topics:
+            if topic == self.options.staging_topic:
+                raise InvalidRecord(f"sparklog sink: rows name the staging topic {topic!r} as their topic")
             subset = user if rows is None else user.take(pa.array(rows))
             part_col = None if explicit is None else (explicit if rows is None else explicit.take(pa.array(rows)))
             n = _partitions_of(self.client, self.options.zookeeper, topic)
@@ -494,6 +576,7 @@ class SparklogBatchWriter(DataSourceArrowWriter):
     def __init__(self, options: WriteOptions, schema: StructType) -> None:
         check_input_schema(schema, options)
         check_target_topic(options, schema)
+        check_existing_staging_topic(options)
         self.options = options
         self.sink_id = f"batch-{uuid.uuid4().hex}"  # this writer is pickled to tasks and to commit()
 
@@ -515,6 +598,7 @@ class SparklogStreamWriter(DataSourceStreamArrowWriter):
     def __init__(self, options: WriteOptions, schema: StructType) -> None:
         check_input_schema(schema, options)
         check_target_topic(options, schema)
+        check_existing_staging_topic(options)
         self.options = options
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> SparklogCommitMessage:

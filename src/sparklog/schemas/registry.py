@@ -24,8 +24,8 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import NodeExistsError, NoNodeError
 
 from sparklog.config import TopicConfig
-from sparklog.coordination.zk_layout import TOPIC_NAME, ZkLayout
-from sparklog.errors import InvalidRequest
+from sparklog.coordination.zk_layout import ZkLayout
+from sparklog.names import check_topic_name
 from sparklog.schemas.compatibility import Problem, check, normalize_mode
 from sparklog.schemas.errors import IncompatibleSchema, UnknownSchema
 from sparklog.schemas.value_schema import ValueSchema
@@ -196,5 +196,4 @@ class SchemaRegistry:
 
 
 def _check_topic(topic: str) -> None:
-    if not isinstance(topic, str) or not TOPIC_NAME.match(topic):
-        raise InvalidRequest(f"invalid topic name {topic!r}: use 1-200 of [A-Za-z0-9._-]")
+    check_topic_name(topic)  # InvalidTopic saying what is wrong with the name
