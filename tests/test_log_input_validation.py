@@ -260,3 +260,14 @@ def test_log_verify_reports_every_problem_and_changes_nothing(tmp_path: Path) ->
     assert any("bad-0/00000000000000000000.arrows: batch at position" in p and "offsets 5..6" in p for p in problems)
     assert any("no readable batch from position" in p for p in problems), problems
     assert {d.name: _files(d) for d in (tmp_path / "data").iterdir()} == before  # read-only
+
+
+def test_a_topic_stored_with_a_segment_ms_below_the_new_minimum_stays_readable() -> None:
+    from sparklog.config import TopicConfig
+    from sparklog.coordination.cluster import TopicMetadata
+    from sparklog.errors import InvalidConfig
+
+    with pytest.raises(InvalidConfig, match="segment.ms must be >= 1000"):
+        TopicConfig.from_dict({"segment.ms": "1"})  # new settings are refused
+    old = TopicMetadata("old", [[1]], {"segment.ms": "1", "retention.ms": "5000"})  # as ZooKeeper holds it
+    assert (old.config.segment_ms, old.config.retention_ms) == (1000, 5000)

@@ -14,6 +14,7 @@ TIMESTAMP_TYPES = ("CreateTime", "LogAppendTime")
 SCHEMA_COMPATIBILITIES = ("BACKWARD", "FORWARD", "FULL", "NONE")
 
 _DAY_MS = 24 * 3600 * 1000
+_RAISED_MINIMUMS = {"segment.ms": 1000}  # minimums raised after topics could have been created below them
 
 
 @dataclasses.dataclass(frozen=True)
@@ -92,6 +93,20 @@ class TopicConfig:
     def from_dict(cls, values: Mapping[str, Any] | None = None) -> TopicConfig:
         """Build from ``{"retention.ms": "1000", ...}``; strings are parsed, unknown names refused."""
         return cls().with_overrides(values or {})
+
+    @classmethod
+    def from_stored(cls, values: Mapping[str, Any] | None = None) -> TopicConfig:
+        """Like :meth:`from_dict`, for settings stored before a minimum was raised (``segment.ms``
+        was allowed down to 1 ms): such a value counts as the new minimum instead of making the
+        topic unreadable. New settings still go through :meth:`from_dict`, which refuses them."""
+        raised = dict(values or {})
+        for name, low in _RAISED_MINIMUMS.items():
+            try:
+                if name in raised and int(str(raised[name]).strip()) < low:
+                    raised[name] = str(low)
+            except ValueError:
+                pass  # not a number: from_dict says so
+        return cls.from_dict(raised)
 
     def with_overrides(self, values: Mapping[str, Any]) -> TopicConfig:
         """A copy with the given Kafka-named settings changed (validated)."""

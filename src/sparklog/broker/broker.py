@@ -22,8 +22,9 @@ from kazoo.protocol.states import KazooState
 from kazoo.recipe.watchers import ChildrenWatch, DataWatch
 
 from sparklog import wire
+from sparklog.broker.call_limits import DEFAULT_MAX_CALLS_PER_IP
 from sparklog.broker.controller import Controller
-from sparklog.broker.log_manager import LogManager
+from sparklog.broker.log_manager import DEFAULT_PRODUCER_ID_EXPIRATION_MS, LogManager
 from sparklog.broker.partition import Partition
 from sparklog.broker.replica_fetcher import ReplicaFetcher
 from sparklog.broker.server import BrokerServer
@@ -57,12 +58,15 @@ class Broker:
         maintenance_interval_s: float = 5.0,
         session_timeout_s: float = 4.0,
         replica_lag_ms: int = 10_000,
+        max_calls_per_ip: int = DEFAULT_MAX_CALLS_PER_IP,
+        producer_id_expiration_ms: int = DEFAULT_PRODUCER_ID_EXPIRATION_MS,
     ) -> None:
         self.broker_id = broker_id
+        self.max_calls_per_ip = max_calls_per_ip
         self.host = host
         self.requested_port = port
         self.zookeeper = zookeeper
-        self.logs = LogManager(Path(data_dir))
+        self.logs = LogManager(Path(data_dir), producer_id_expiration_ms=producer_id_expiration_ms)
         self.maintenance_interval_s = maintenance_interval_s
         self.session_timeout_s = session_timeout_s
         self.replica_lag_ms = replica_lag_ms
@@ -97,7 +101,7 @@ class Broker:
         self.registry = SchemaRegistry.from_cluster(self.cluster)
         self.zk_connected = True
         self.cluster.zk.add_listener(self._on_zk_state)
-        self.server = BrokerServer(self, f"grpc+tcp://{self.host}:{self.requested_port}")
+        self.server = BrokerServer(self, f"grpc+tcp://{self.host}:{self.requested_port}", self.max_calls_per_ip)
         self._port = self.server.port  # serving from here on (serve() would only block, and take SIGTERM)
         ChildrenWatch(self.cluster.zk, self.cluster.layout.broker_ids, self._on_brokers)
         ChildrenWatch(self.cluster.zk, self.cluster.layout.topics, self._on_topics)
@@ -528,7 +532,15 @@ class Broker:
                     log.exception("log maintenance failed")
 
 
-def main(broker_id: int, port: int, data_dir: str, zookeeper: str, host: str = "127.0.0.1") -> int:
+def main(
+    broker_id: int,
+    port: int,
+    data_dir: str,
+    zookeeper: str,
+    host: str = "127.0.0.1",
+    max_calls_per_ip: int = DEFAULT_MAX_CALLS_PER_IP,
+    producer_id_expiration_ms: int = DEFAULT_PRODUCER_ID_EXPIRATION_MS,
+) -> int:
     """Run one broker in the foreground (``sparklog broker``)."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     faulthandler.enable()  # a crash in native code prints every thread's stack to stderr
@@ -536,7 +548,15 @@ def main(broker_id: int, port: int, data_dir: str, zookeeper: str, host: str = "
     stop_early = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):  # a signal during start-up still stops cleanly
         signal.signal(sig, lambda *_: stop_early.set())
-    broker = Broker(broker_id, data_dir, zookeeper, port=port, host=host).start()
+    broker = Broker(
+        broker_id,
+        data_dir,
+        zookeeper,
+        port=port,
+        host=host,
+        max_calls_per_ip=max_calls_per_ip,
+        producer_id_expiration_ms=producer_id_expiration_ms,
+    ).start()
     print(f"broker {broker_id} listening on {host}:{broker.port} (data in {data_dir})", flush=True)
     broker.run_until_signalled(stop_early)
     return 0

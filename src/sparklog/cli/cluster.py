@@ -73,6 +73,20 @@ def add_broker(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--port", type=int, default=DEFAULT_BROKER_PORT, metavar="P", help="port (default 9092; 0 = free)")
     p.add_argument("--host", default="127.0.0.1", help="address to listen on and announce (default 127.0.0.1)")
     p.add_argument("--data-dir", metavar="DIR", help="where its partitions live (default ./data/broker-N)")
+    p.add_argument(
+        "--max-connections-per-ip",
+        type=int,
+        default=4096,
+        metavar="N",
+        help="calls one client address may have open at once; more are refused (default 4096)",
+    )
+    p.add_argument(
+        "--producer-id-expiration-ms",
+        type=int,
+        default=86_400_000,
+        metavar="MS",
+        help="forget an idempotent producer this long after its last write (default 1 day, as Kafka)",
+    )
     add_zookeeper_option(p)
     p.set_defaults(handler=run_broker, logs=True)
 
@@ -113,7 +127,19 @@ def run_broker(args: argparse.Namespace) -> int:
         raise CliError(f"cannot listen on {args.host}:{args.port}: something is already listening there")
     check_zookeeper(args.zookeeper)
     data_dir = args.data_dir or os.path.join(DEFAULT_DATA_DIR, f"broker-{args.id}")
-    return broker_main(args.id, args.port, data_dir, args.zookeeper, args.host)
+    if args.max_connections_per_ip < 1:
+        raise CliError(f"--max-connections-per-ip must be >= 1, got {args.max_connections_per_ip}")
+    if args.producer_id_expiration_ms < 1:
+        raise CliError(f"--producer-id-expiration-ms must be >= 1, got {args.producer_id_expiration_ms}")
+    return broker_main(
+        args.id,
+        args.port,
+        data_dir,
+        args.zookeeper,
+        args.host,
+        args.max_connections_per_ip,
+        args.producer_id_expiration_ms,
+    )
 
 
 # ----------------------------------------------------------------- sparklog up

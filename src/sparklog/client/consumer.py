@@ -106,7 +106,7 @@ class Consumer:
         if group is None:
             self._assign(all_partitions)
         else:
-            path = f"{self._client.cluster.layout.consumers}/{group}/partitioner/{'+'.join(sorted(self.topics))}"
+            path = f"{self._client.cluster.layout.group(group)}/partitioner/{'+'.join(sorted(self.topics))}"
             self._partitioner = SetPartitioner(
                 self._client.cluster.zk,
                 path,

@@ -64,7 +64,7 @@ class TopicMetadata:
 
     @property
     def config(self) -> TopicConfig:
-        return TopicConfig.from_dict(self.configs)
+        return TopicConfig.from_stored(self.configs)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -111,7 +111,13 @@ from sparklog.schemas.value_schema import ValueSchema
 log = logging.getLogger("sparklog.datasource")
 
 STAGING_RETENTION_MS = 3600 * 1000
-STAGING_CONFIGS = {"retention.ms": str(STAGING_RETENTION_MS), "segment.ms": str(600 * 1000)}
+# staged rows keep the rows' own timestamps, whatever they are: the target topic judges them (its
+# message.timestamp.*.max.ms) when the publish appends them there
+STAGING_CONFIGS = {
+    "retention.ms": str(STAGING_RETENTION_MS),
+    "segment.ms": str(600 * 1000),
+    "message.timestamp.after.max.ms": str((1 << 63) - 1),
+}
 STAGING_MIN_RETENTION_BYTES = 1 << 30
 STAGING_CREATE_WAIT_S = 60.0  # how long a task waits for a staging topic another task is creating
 
