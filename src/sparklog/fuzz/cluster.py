@@ -1,0 +1,262 @@
+"""The cluster under test: a :class:`~sparklog.local_cluster.LocalCluster` (its own ZooKeeper unless
+one is given), the fuzz topics, leader lookup, restarts and the brokers' thread and fd counts.
+
+Topics: ``fz-plain`` (2 partitions, defaults), ``fz-compact`` (``cleanup.policy=compact``, segments
+of 1 MiB rolled every 10 s so the log cleaner rewrites them: it reads every stored batch, finding 1
+of issue 15) and ``fz-zstd`` (stored with ``compression=zstd``). With several brokers, every topic
+has ``min(brokers, 3)`` replicas: followers copy what leaders stored, and a restart moves
+leadership to them, so what they stored is read back too.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from sparklog.fuzz import flight_ops
+from sparklog.fuzz.crash_log import fatal_error
+from sparklog.local_cluster import LocalCluster
+
+READY_TIMEOUT_S = 60.0
+
+
+@dataclasses.dataclass(frozen=True)
+class TopicSpec:
+    name: str
+    partitions: int
+    configs: dict[str, str]
+
+    @property
+    def compacted(self) -> bool:
+        return "compact" in self.configs.get("cleanup.policy", "")
+
+
+TOPICS = (
+    TopicSpec("fz-plain", 2, {}),
+    TopicSpec("fz-compact", 1, {"cleanup.policy": "compact", "segment.bytes": str(1 << 20), "segment.ms": "10000"}),
+    TopicSpec("fz-zstd", 1, {"compression": "zstd"}),
+)
+
+
+@dataclasses.dataclass
+class ProcessStats:
+    threads: int
+    fds: int
+    rss_mb: int
+
+
+def process_stats(pid: int) -> ProcessStats | None:
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+        fds = len(os.listdir(f"/proc/{pid}/fd"))
+    except OSError:
+        return None
+    fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
+    return ProcessStats(
+        threads=int(fields.get("Threads", "0").strip()),
+        fds=fds,
+        rss_mb=int(fields.get("VmRSS", "0 kB").split()[0]) // 1024,
+    )
+
+
+class FuzzCluster:
+    """Start with :meth:`start`; ``generation`` counts fresh clusters (:meth:`reset` after a broker
+    that cannot be recovered)."""
+
+    def __init__(self, base_dir: Path, brokers: int = 1, zookeeper: str | None = None) -> None:
+        self.base_dir = Path(base_dir)
+        self.broker_count = brokers
+        self.zookeeper_root = zookeeper
+        self.replication = min(brokers, 3)
+        self.topics = {t.name: t for t in TOPICS}
+        self.generation = 0
+        self.cluster: LocalCluster | None = None
+        self._leaders: dict[tuple[str, int], int] = {}
+
+    # ------------------------------------------------------------------ lifecycle
+    def start(self) -> FuzzCluster:
+        from sparklog.client.admin import Admin
+
+        self.generation += 1
+        data_dir = self.base_dir / f"cluster-{self.generation}"
+        zookeeper = None
+        if self.zookeeper_root is not None:
+            zookeeper = f"{self.zookeeper_root}/fuzz-{os.getpid()}-{self.generation}-{int(time.time() * 1000) % 10**8}"
+        self.cluster = LocalCluster(data_dir, brokers=self.broker_count, zookeeper=zookeeper).start()
+        with Admin(self.cluster.zookeeper) as admin:
+            for spec in self.topics.values():
+                admin.create_topic(spec.name, spec.partitions, self.replication, spec.configs)
+        self._leaders.clear()
+        problem = self.wait_ready()
+        if problem:
+            raise RuntimeError(f"fuzz cluster did not become ready: {problem}")
+        return self
+
+    def stop(self) -> list[str]:
+        if self.cluster is None:
+            return []
+        problems = self.cluster.stop()
+        self.cluster = None
+        return problems
+
+    def reset(self) -> None:
+        """A fresh cluster (new data dir, new ZooKeeper) after one that cannot be recovered."""
+        self.stop()
+        self.start()
+
+    # ------------------------------------------------------------------ addressing
+    @property
+    def broker_ids(self) -> list[int]:
+        assert self.cluster is not None
+        return sorted(self.cluster.brokers)
+
+    def port(self, broker_id: int) -> int:
+        assert self.cluster is not None
+        return self.cluster.brokers[broker_id].port
+
+    def location(self, broker_id: int) -> str:
+        return f"grpc+tcp://{flight_ops.HOST}:{self.port(broker_id)}"
+
+    def partitions(self) -> list[tuple[str, int]]:
+        return [(t.name, p) for t in self.topics.values() for p in range(t.partitions)]
+
+    def leader(self, topic: str, partition: int, refresh: bool = False) -> int | None:
+        """The broker that answers ``list_offsets`` for the partition (None if none does)."""
+        key = (topic, partition)
+        if not refresh and key in self._leaders:
+            return self._leaders[key]
+        for broker_id in self.broker_ids:
+            if not self.alive(broker_id):
+                continue
+            answer = flight_ops.list_offsets(self.location(broker_id), topic, partition, timeout=5.0)
+            if isinstance(answer, dict):
+                self._leaders[key] = broker_id
+                return broker_id
+        self._leaders.pop(key, None)
+        return None
+
+    def leader_location(self, topic: str, partition: int) -> str:
+        """Where to send a request for the partition (broker 1 for a topic that is not ours)."""
+        if topic in self.topics and 0 <= partition < self.topics[topic].partitions:
+            leader = self.leader(topic, partition)
+            if leader is not None:
+                return self.location(leader)
+        return self.location(self.broker_ids[0])
+
+    def offsets(self, topic: str, partition: int) -> dict[str, Any] | None:
+        for attempt in range(2):
+            leader = self.leader(topic, partition, refresh=attempt > 0)
+            if leader is None:
+                continue
+            answer = flight_ops.list_offsets(self.location(leader), topic, partition)
+            if isinstance(answer, dict):
+                return answer
+        return None
+
+    # ------------------------------------------------------------------ health
+    def alive(self, broker_id: int) -> bool:
+        assert self.cluster is not None
+        return self.cluster.brokers[broker_id].alive()
+
+    def exit_code(self, broker_id: int) -> int | None:
+        assert self.cluster is not None
+        return self.cluster.brokers[broker_id].exited()
+
+    def pid(self, broker_id: int) -> int | None:
+        assert self.cluster is not None
+        process = self.cluster.brokers[broker_id].process
+        return None if process is None else process.pid
+
+    def stats(self) -> dict[int, ProcessStats]:
+        out = {}
+        for broker_id in self.broker_ids:
+            pid = self.pid(broker_id)
+            stats = process_stats(pid) if pid is not None and self.alive(broker_id) else None
+            if stats is not None:
+                out[broker_id] = stats
+        return out
+
+    def fatal_error(self, broker_id: int) -> str | None:
+        """The fatal error in the broker's log since its last start, and where (see :mod:`.crash_log`)."""
+        assert self.cluster is not None
+        return fatal_error(self.cluster.brokers[broker_id].log_path)
+
+    def log_tail(self, broker_id: int, lines: int = 30) -> str:
+        assert self.cluster is not None
+        return self.cluster.brokers[broker_id].log_tail(lines)
+
+    def wait_ready(self, timeout: float = READY_TIMEOUT_S) -> str | None:
+        """Until every broker answers a ping and every partition has a leader that answers; what is
+        still wrong at the deadline (None when ready)."""
+        deadline = time.monotonic() + timeout
+        problem = "not checked"
+        while time.monotonic() < deadline:
+            dead = [b for b in self.broker_ids if not self.alive(b)]
+            if dead:
+                return f"broker(s) {dead} exited (codes {[self.exit_code(b) for b in dead]})"
+            silent = [b for b in self.broker_ids if flight_ops.ping(self.location(b), timeout=2.0) != b]
+            leaderless = [f"{t}-{p}" for t, p in self.partitions() if self.leader(t, p, refresh=True) is None]
+            if not silent and not leaderless:
+                return None
+            problem = f"no ping answer from {silent}; no leader for {leaderless}"
+            time.sleep(0.2)
+        return problem
+
+    def wait_replicated(self, timeout: float = 30.0) -> str | None:
+        """Until every leader's high watermark reached its log end (followers hold everything)."""
+        if self.replication < 2:
+            return None
+        deadline = time.monotonic() + timeout
+        behind: list[str] = []
+        while time.monotonic() < deadline:
+            behind = []
+            for topic, p in self.partitions():
+                offsets = self.offsets(topic, p)
+                if offsets is None or offsets["high_watermark"] < offsets["log_end_offset"]:
+                    behind.append(f"{topic}-{p}")
+            if not behind:
+                return None
+            time.sleep(0.2)
+        return f"followers still behind on {behind}"
+
+    # ------------------------------------------------------------------ restarts
+    def restart(self, broker_id: int, how: str) -> str | None:
+        """Stop a broker (``term``: SIGTERM and wait; ``kill``: SIGKILL), start it on the same data
+        dir and port, and wait until the cluster is ready; a problem, or None."""
+        assert self.cluster is not None
+        broker = self.cluster.brokers[broker_id]
+        problem = None
+        if how == "term":
+            code = broker.stop()
+            if code not in (0, -15):
+                problem = f"broker {broker_id} exited with code {code} on SIGTERM"
+        else:
+            broker.kill()
+        self._leaders.clear()
+        try:
+            broker.start()
+        except OSError as exc:
+            return f"broker {broker_id} did not start again: {exc}"
+        not_ready = self.wait_ready()
+        if not_ready:
+            return f"after {how}: {not_ready}" + (f"; {problem}" if problem else "")
+        return problem
+
+    def kill(self, broker_id: int) -> None:
+        """``kill -9`` (a no-op for a broker that already exited, which it reaps)."""
+        assert self.cluster is not None
+        self.cluster.brokers[broker_id].kill()
+
+    def start_dead(self) -> str | None:
+        """Start every broker that exited, then wait until ready."""
+        assert self.cluster is not None
+        for broker_id in self.broker_ids:
+            broker = self.cluster.brokers[broker_id]
+            if not broker.alive():
+                broker.kill()  # reaps it and closes its log
+                broker.start()
+        self._leaders.clear()
+        return self.wait_ready()
