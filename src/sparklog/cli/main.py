@@ -18,6 +18,7 @@ from sparklog.cli.bench import add_bench
 from sparklog.cli.cluster import add_broker, add_up, add_zookeeper
 from sparklog.cli.common import DEFAULT_ZOOKEEPER, ZOOKEEPER_ENV, CliError
 from sparklog.cli.consume import add_consume
+from sparklog.cli.fuzz import add_fuzz
 from sparklog.cli.groups import add_groups
 from sparklog.cli.log import add_log
 from sparklog.cli.partitions import add_partitions
@@ -49,6 +50,7 @@ COMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [
     add_schemas,
     add_log,
     add_bench,
+    add_fuzz,
 ]
 
 

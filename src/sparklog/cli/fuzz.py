@@ -1,0 +1,100 @@
+"""``sparklog fuzz [--minutes N] [--cases N] [--seed S] [--brokers B]``: fuzz a live local cluster.
+
+Starts a :class:`~sparklog.local_cluster.LocalCluster` (its own ZooKeeper, in a temporary directory
+unless ``--work-dir``), sends it hypothesis-drawn cases (:mod:`sparklog.fuzz`) and checks after
+them that every broker answers, that everything acknowledged reads back identical, and that
+restarts (SIGTERM, then ``kill -9``) recover. Prints progress on stderr and a summary at the end;
+exits 1 on any invariant failure (with ``--strict``, on any finding too).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import shutil
+import tempfile
+from pathlib import Path
+
+from sparklog.cli.common import CliError, add_zookeeper_option
+
+DEFAULT_CASES = 1000
+UNLIMITED_CASES = 10_000_000
+
+
+def add_fuzz(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("fuzz", help="fuzz a local cluster with malformed requests and check it keeps its promises")
+    add_zookeeper_option(p)  # accepted like everywhere; the fuzzer starts its own cluster and ZooKeeper
+    p.add_argument("--minutes", type=float, default=None, help="stop after this long (default: when --cases are done)")
+    p.add_argument(
+        "--cases",
+        type=int,
+        default=None,
+        help=f"cases to run (default {DEFAULT_CASES}; with --minutes, as many as fit)",
+    )
+    p.add_argument("--seed", type=int, default=None, help="hypothesis seed (default: random, printed)")
+    p.add_argument("--brokers", type=int, default=1, help="brokers (replication factor min(B, 3); default 1)")
+    p.add_argument(
+        "--check-every", type=int, default=10, metavar="K", help="read new acknowledgements back every K cases"
+    )
+    p.add_argument("--full-every", type=int, default=250, metavar="K", help="read everything back every K cases")
+    p.add_argument(
+        "--restart-every",
+        type=int,
+        default=0,
+        metavar="N",
+        help="restart the brokers every N cases too (default: at the end)",
+    )
+    p.add_argument("--work-dir", default=None, metavar="DIR", help="keep the cluster and the case log here")
+    p.add_argument("--strict", action="store_true", help="exit 1 on findings too (not only invariant failures)")
+    p.add_argument("--json", action="store_true", help="print the report as one JSON object on stdout")
+    p.set_defaults(handler=run_fuzz_command)
+
+
+def run_fuzz_command(args: argparse.Namespace) -> int:
+    try:
+        from sparklog.fuzz.runner import FuzzConfig, print_progress, run_fuzz
+    except ImportError as exc:
+        raise CliError(f"sparklog fuzz needs hypothesis ({exc}): pip install 'sparklog[test]'") from None
+    for name in ("minutes", "cases", "brokers", "check_every", "full_every"):
+        value = getattr(args, name)
+        if value is not None and value <= 0:
+            raise CliError(f"--{name.replace('_', '-')} must be positive")
+    if args.restart_every < 0:
+        raise CliError("--restart-every must be 0 (at the end only) or positive")
+    cases = args.cases or (UNLIMITED_CASES if args.minutes else DEFAULT_CASES)
+    seed = args.seed if args.seed is not None else random.SystemRandom().randrange(2**32)
+    keep = args.work_dir is not None
+    work = Path(args.work_dir) if keep else Path(tempfile.mkdtemp(prefix="sparklog-fuzz-"))
+    work.mkdir(parents=True, exist_ok=True)
+    log_path = work / f"cases-seed-{seed}.jsonl"
+    print_progress(
+        f"seed {seed}; {cases if args.cases or not args.minutes else 'unlimited'} cases"
+        + (f", at most {args.minutes:g} min" if args.minutes else "")
+        + f"; case log {log_path}"
+    )
+    config = FuzzConfig(
+        seed=seed,
+        cases=cases,
+        minutes=args.minutes,
+        brokers=args.brokers,
+        check_every=args.check_every,
+        full_every=args.full_every,
+        restart_every=args.restart_every,
+        work_dir=work,
+        log_path=log_path,
+        progress=print_progress,
+    )
+    report = run_fuzz(config)
+    failed = not report.ok or (args.strict and report.findings)
+    if args.json:
+        print(json.dumps(report.to_json(), default=repr))
+    else:
+        print(report.summary())
+    if failed or report.findings:
+        keep = True
+    if keep:
+        print_progress(f"kept {work} (case log, cluster data and broker logs)")
+    else:
+        shutil.rmtree(work, ignore_errors=True)
+    return 1 if failed else 0
