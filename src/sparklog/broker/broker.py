@@ -26,7 +26,9 @@ from sparklog.broker.call_limits import DEFAULT_MAX_CALLS_PER_IP
 from sparklog.broker.controller import Controller
 from sparklog.broker.log_manager import DEFAULT_PRODUCER_ID_EXPIRATION_MS, LogManager
 from sparklog.broker.partition import Partition
-from sparklog.broker.replica_fetcher import ReplicaFetcher
+from sparklog.broker.replication.fetcher_manager import ReplicaFetcherManager
+from sparklog.broker.replication.leader_endpoint import FlightLeaderEndPoint
+from sparklog.broker.replication.partition_changes import PartitionChanges
 from sparklog.broker.server import BrokerServer
 from sparklog.coordination.cluster import BrokerInfo, ClusterMetadata, PartitionState, TopicMetadata
 from sparklog.errors import BrokerNotAvailable, InvalidRequest, NotLeader, UnknownTopic
@@ -76,7 +78,8 @@ class Broker:
         self._topic_watches: dict[str, int] = {}  # topic -> number of its current metadata watch
         self._watch_count = 0
         self.partitions: dict[TopicPartition, Partition] = {}
-        self.fetchers: dict[TopicPartition, ReplicaFetcher] = {}
+        self.changes = PartitionChanges()  # what a waiting replica fetch waits on
+        self.replication = ReplicaFetcherManager(broker_id, self._leader_endpoint, self.read_state)
         self._watched: set[TopicPartition] = set()  # partitions whose state znode is watched
         self._unread_topics: set[str] = set()  # notified, but reading their metadata failed: retried
         self._topic_lock = threading.RLock()
@@ -170,8 +173,7 @@ class Broker:
         server, self.server = self.server, None
         if server is not None:
             server.begin_shutdown()
-        for fetcher in list(self.fetchers.values()):
-            fetcher.stop()
+        self.replication.stop()
         if self.cluster is not None:
             self.cluster.close()  # leave the cluster: clients and followers look elsewhere
         self.zk_connected = False
@@ -274,9 +276,7 @@ class Broker:
             with self._lock:
                 self._watched = {k for k in self._watched if k[0] != name}
                 for key in [k for k in self.partitions if k[0] == name]:
-                    fetcher = self.fetchers.pop(key, None)
-                    if fetcher is not None:
-                        fetcher.stop()
+                    self.replication.unfollow(key)
                     self.partitions.pop(key, None)
         self.logs.delete_topic(name)
 
@@ -381,9 +381,7 @@ class Broker:
         """This broker no longer holds a replica of the partition: stop following, delete it."""
         with self._lock:
             self._watched.discard((topic, p))
-            fetcher = self.fetchers.pop((topic, p), None)
-            if fetcher is not None:
-                fetcher.stop()
+            self.replication.unfollow((topic, p))
             self.partitions.pop((topic, p), None)
         self.logs.delete_partition(topic, p)
         log.info("%s-%s moved away from broker %s: local replica deleted", topic, p, self.broker_id)
@@ -414,14 +412,10 @@ class Broker:
             if before is None or (before.leader, before.leader_epoch) != (state.leader, state.leader_epoch):
                 role = "leads" if state.leader == self.broker_id else f"follows {state.leader}"
                 log.info("%s-%s: broker %s %s in epoch %s", topic, p, self.broker_id, role, state.leader_epoch)
-            fetcher = self.fetchers.get((topic, p))
             if state.leader == self.broker_id or state.leader < 0:
-                if fetcher is not None:
-                    fetcher.stop()
-                    del self.fetchers[(topic, p)]
-            elif fetcher is None or not fetcher.is_alive():
-                fetcher = self.fetchers[(topic, p)] = ReplicaFetcher(self, partition)
-                fetcher.start()
+                self.replication.unfollow((topic, p))
+            else:
+                self.replication.follow(partition, state.leader)
 
     def _partition(self, topic: str, p: int) -> Partition:
         key = (topic, p)
@@ -431,7 +425,15 @@ class Broker:
             if topic not in self.value_schemas:
                 self._load_value_schemas(topic)
             log_ = self.logs.get(topic, p, meta.config, self.value_schemas.get(topic, ()))
-            partition = Partition(topic, p, self.broker_id, log_, self._update_isr, self.replica_lag_ms)
+            partition = Partition(
+                topic,
+                p,
+                self.broker_id,
+                log_,
+                self._update_isr,
+                self.replica_lag_ms,
+                on_change=lambda: self.changes.notify(key),
+            )
             self.partitions[key] = partition
         return partition
 
@@ -488,6 +490,14 @@ class Broker:
         return partition
 
     # ----------------------------------------------------------------- talking to other brokers
+    @property
+    def fetchers(self) -> dict[TopicPartition, int]:
+        """Each partition this broker follows, and the leader it follows it from."""
+        return self.replication.followed()
+
+    def _leader_endpoint(self, leader_id: int) -> FlightLeaderEndPoint:
+        return FlightLeaderEndPoint(leader_id, self.broker_id, lambda: self.flight_client(leader_id), self.call_action)
+
     def flight_client(self, broker_id: int) -> flight.FlightClient:
         info = self.live_brokers.get(broker_id)
         if info is None and self.cluster is not None:

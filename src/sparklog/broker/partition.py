@@ -39,6 +39,7 @@ class Partition:
         log: PartitionLog,
         update_isr: Callable[[Partition, list[int]], bool],
         replica_lag_ms: int = DEFAULT_REPLICA_LAG_MS,
+        on_change: Callable[[], None] = lambda: None,
     ) -> None:
         self.topic = topic
         self.partition = partition
@@ -58,6 +59,7 @@ class Partition:
         # them (Kafka's "maximal ISR"), or it could pass a replica that is in the ISR a moment later
         self._joining: set[int] = set()
         self.changed = threading.Condition()  # notified when the HW or the role changes
+        self.on_change = on_change  # also called then (the broker's wake-up for replica fetches)
 
     # ----------------------------------------------------------------- role
     @property
@@ -89,6 +91,7 @@ class Partition:
                 self.high_watermark = max(self.high_watermark, 0)
             self._advance_hw()
             self.changed.notify_all()
+            self.on_change()
 
     def _require_leader(self) -> PartitionState:
         state = self.state
@@ -114,6 +117,7 @@ class Partition:
         with self.changed:
             self._advance_hw()
             self.changed.notify_all()
+            self.on_change()
         if acks == "all" and wait:
             self.await_high_watermark(info.last_offset + 1, min_isr)
         return info
@@ -196,6 +200,7 @@ class Partition:
             self._previous_fetch[replica_id] = (end, now)
             self._advance_hw()
             self.changed.notify_all()
+            self.on_change()
             # rejoin once it has everything visible and everything of earlier leader epochs
             # (like Kafka: it need not reach a log end that moves with every write)
             rejoin = (

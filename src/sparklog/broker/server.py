@@ -26,6 +26,8 @@ from sparklog.broker.fetch_follower import FetchFollower, next_offset
 from sparklog.broker.log.batch_codec import BatchHeader
 from sparklog.broker.log.batch_validation import check_produced
 from sparklog.broker.record_copy import copy_records
+from sparklog.broker.replication.fetch_request import ENVELOPE, REPLICA_FETCH
+from sparklog.broker.replication.replica_fetch_server import ReplicaFetchResponse
 from sparklog.broker.typed_values import ConsumerView, conform_produced
 from sparklog.errors import (
     InvalidRecord,
@@ -140,6 +142,7 @@ class BrokerServer(flight.FlightServerBase):
     def begin_shutdown(self) -> None:
         """Refuse new work and end long polls now (``shutdown()`` waits for running calls)."""
         self.stopping = True
+        self.broker.changes.notify_all()
         for partition in list(self.broker.partitions.values()):
             with partition.changed:
                 partition.changed.notify_all()
@@ -200,6 +203,8 @@ class BrokerServer(flight.FlightServerBase):
         with _errors_as_flight("a fetch request"):
             admit(context)
             request = _parse(ticket.ticket)
+            if request.get("type") == REPLICA_FETCH:
+                return self._replica_fetch(request, context)
             topic, p = _topic(request), _int(request, "partition")
             offset = _int(request, "offset")
             max_bytes = min(max(_int(request, "max_bytes", 8 << 20), 1), MAX_FETCH_BYTES)
@@ -251,6 +256,13 @@ class BrokerServer(flight.FlightServerBase):
                 )
             responses = self._fetch_stream(partition, stored, schema, convert, replica_id >= 0, plan, follower)
             return flight.GeneratorStream(schema, _guarded("a fetch response", responses))
+
+    def _replica_fetch(self, request: dict[str, Any], context: flight.ServerCallContext) -> flight.FlightDataStream:
+        """A follower broker's fetch of every partition it follows here (``broker.replication``)."""
+        response = ReplicaFetchResponse(
+            self.broker.leader_partition, self.broker.changes, lambda: self.stopping, context.is_cancelled
+        )
+        return flight.GeneratorStream(ENVELOPE, _guarded("a replica fetch", response.messages(request)))
 
     @staticmethod
     def _fetch_stream(

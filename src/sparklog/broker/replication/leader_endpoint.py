@@ -1,0 +1,110 @@
+"""What a follower's fetcher needs from a leader broker, and nothing more (Kafka's ``LeaderEndPoint``):
+fetch many partitions at once, ask where an epoch ends, ask where the log starts. Tests give a
+fetcher a fake one; brokers give it :class:`FlightLeaderEndPoint`."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Iterator
+from typing import Any, Protocol
+
+import pyarrow as pa
+import pyarrow.flight as flight
+
+from sparklog import wire
+from sparklog.broker.log.batch_codec import BatchHeader
+from sparklog.broker.replication import fetch_request
+from sparklog.broker.replication.fetch_request import FetchPosition
+from sparklog.errors import SparklogError, error_from_code
+
+FETCH_TIMEOUT_MARGIN_S = 1.5  # past max_wait_ms: a frozen leader must not hold the fetcher
+
+
+@dataclasses.dataclass(frozen=True)
+class FetchedItem:
+    """One message of a replica fetch's answer: a batch, a new high watermark, or an error."""
+
+    topic: str
+    partition: int
+    high_watermark: int = -1
+    log_start_offset: int = -1
+    batch: pa.RecordBatch | None = None
+    header: BatchHeader | None = None
+    error: SparklogError | None = None
+
+
+class LeaderEndPoint(Protocol):
+    def fetch(self, positions: list[FetchPosition], max_wait_ms: int, max_bytes: int) -> Iterator[FetchedItem]: ...
+
+    def offsets_for_leader_epoch(
+        self, topic: str, partition: int, epoch: int, leader_epoch: int
+    ) -> tuple[int, int, int]:
+        """(the largest epoch <= ``epoch`` the leader has, where it ends there, its log start)."""
+        ...
+
+    def log_start_offset(self, topic: str, partition: int) -> int: ...
+
+
+class FlightLeaderEndPoint:
+    """A leader broker over Arrow Flight, for follower ``replica_id``."""
+
+    def __init__(
+        self,
+        leader_id: int,
+        replica_id: int,
+        client: Callable[[], flight.FlightClient],
+        call_action: Callable[[flight.FlightClient, str, dict[str, Any]], dict[str, Any]],
+    ) -> None:
+        self.leader_id = leader_id
+        self.replica_id = replica_id
+        self._client = client
+        self._call_action = call_action
+
+    def fetch(self, positions: list[FetchPosition], max_wait_ms: int, max_bytes: int) -> Iterator[FetchedItem]:
+        ticket = flight.Ticket(wire.encode(fetch_request.request(self.replica_id, positions, max_wait_ms, max_bytes)))
+        options = flight.FlightCallOptions(timeout=max_wait_ms / 1000 + FETCH_TIMEOUT_MARGIN_S)
+        try:
+            reader = self._client().do_get(ticket, options)
+            while True:
+                try:
+                    chunk = reader.read_chunk()
+                except StopIteration:
+                    return
+                yield _item(chunk)
+        except flight.FlightError as exc:
+            raise wire.from_flight_error(exc, f"leader {self.leader_id}") from None
+
+    def offsets_for_leader_epoch(
+        self, topic: str, partition: int, epoch: int, leader_epoch: int
+    ) -> tuple[int, int, int]:
+        body = {
+            "topic": topic,
+            "partition": partition,
+            "epoch": epoch,
+            "replica_id": self.replica_id,
+            "leader_epoch": leader_epoch,
+        }
+        answer = self._call_action(self._client(), wire.OFFSETS_FOR_LEADER_EPOCH, body)
+        return int(answer["epoch"]), int(answer["end_offset"]), int(answer["log_start_offset"])
+
+    def log_start_offset(self, topic: str, partition: int) -> int:
+        answer = self._call_action(self._client(), wire.LIST_OFFSETS, {"topic": topic, "partition": partition})
+        return int(answer["log_start_offset"])
+
+
+def _item(chunk: flight.FlightStreamChunk) -> FetchedItem:
+    if chunk.app_metadata is None:
+        raise SparklogError("a replica fetch message came without its metadata")
+    meta = wire.decode(chunk.app_metadata)
+    topic, partition = str(meta["t"]), int(meta["p"])
+    if "error" in meta:
+        return FetchedItem(topic, partition, error=error_from_code(str(meta["error"]), str(meta.get("message", ""))))
+    hw, lso = int(meta["hw"]), int(meta["lso"])
+    if "h" not in meta:
+        return FetchedItem(topic, partition, hw, lso)
+    try:
+        header, _crc = BatchHeader.decode(meta["h"])
+        batch = fetch_request.unwrap(chunk.data)
+    except SparklogError as exc:  # this partition's batch is unusable; the others are not
+        return FetchedItem(topic, partition, error=exc)
+    return FetchedItem(topic, partition, hw, lso, batch, header)

@@ -1,0 +1,126 @@
+"""The leader's side of a replica fetch (:mod:`sparklog.broker.replication.fetch_request`): one
+request covers every partition a follower follows on this broker.
+
+For each partition the leader does what a single-partition follower fetch did: checks it leads in
+the follower's epoch, records the follower's position (which moves the high watermark and may
+return the follower to the ISR: :meth:`Partition.fetch_range_end`), and reads what is stored past
+it. If no partition has anything to send, it waits for :class:`PartitionChanges` to report a change
+to one of them (checking every ``WAIT_SLICE_S`` whether the follower went away or the broker
+stops), then looks only at the partitions that changed.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+
+from sparklog import wire
+from sparklog.broker.replication.fetch_request import (
+    MAX_PARTITIONS,
+    MAX_RESPONSE_BYTES,
+    FetchPosition,
+    empty_envelope,
+    envelope,
+)
+from sparklog.broker.replication.partition_changes import PartitionChanges
+from sparklog.errors import InvalidRequest, SparklogError
+from sparklog.names import check_topic_name
+
+if TYPE_CHECKING:
+    from sparklog.broker.partition import Partition
+
+WAIT_SLICE_S = 0.25
+MAX_WAIT_MS = 30_000
+LeaderLookup = Callable[[str, int], "Partition"]  # the partition if this broker leads it (NotLeader, UnknownTopic)
+
+
+def parse(request: dict[str, Any]) -> tuple[int, list[FetchPosition], int, int]:
+    """replica id, positions, max wait (ms) and max bytes per partition of a replica fetch request."""
+    replica_id, max_wait, max_bytes = (request.get(k) for k in ("replica_id", "max_wait_ms", "max_bytes"))
+    if not all(isinstance(v, int) and not isinstance(v, bool) for v in (replica_id, max_wait, max_bytes)):
+        raise InvalidRequest("a replica fetch needs integer 'replica_id', 'max_wait_ms' and 'max_bytes'")
+    items = request.get("partitions")
+    if not isinstance(items, list) or len(items) > MAX_PARTITIONS:
+        raise InvalidRequest(f"a replica fetch needs a list of at most {MAX_PARTITIONS} 'partitions'")
+    positions = [FetchPosition.parse(item) for item in items]
+    for position in positions:
+        check_topic_name(position.topic)
+    return replica_id, positions, min(max(max_wait, 0), MAX_WAIT_MS), min(max(max_bytes, 1), MAX_RESPONSE_BYTES)
+
+
+class ReplicaFetchResponse:
+    """Builds the answer to one replica fetch."""
+
+    def __init__(
+        self,
+        lookup: LeaderLookup,
+        changes: PartitionChanges,
+        stopping: Callable[[], bool],
+        cancelled: Callable[[], bool],
+    ) -> None:
+        self.lookup = lookup
+        self.changes = changes
+        self.stopping = stopping
+        self.cancelled = cancelled
+
+    def messages(self, request: dict[str, Any]) -> Iterator[tuple[pa.RecordBatch, pa.Buffer]]:
+        """The response stream: (envelope message, app metadata) pairs (see ``fetch_request``)."""
+        replica_id, positions, max_wait_ms, max_bytes = parse(request)
+        deadline = time.monotonic() + max_wait_ms / 1000
+        by_key = {(p.topic, p.partition): p for p in positions}
+        version = self.changes.version
+        pending = list(positions)
+        while True:
+            found = self._collect(pending, replica_id, max_bytes)
+            if found or time.monotonic() >= deadline or self.stopping() or self.cancelled():
+                break
+            while True:  # wait for a change to one of our partitions
+                remaining = deadline - time.monotonic()
+                if remaining <= 0 or self.stopping() or self.cancelled():
+                    break
+                version, changed = self.changes.wait(version, min(remaining, WAIT_SLICE_S))
+                if changed is None:
+                    pending = list(positions)
+                    break
+                pending = [by_key[key] for key in changed if key in by_key]
+                if pending:
+                    break
+        yield from found
+
+    def _collect(
+        self, positions: list[FetchPosition], replica_id: int, max_bytes: int
+    ) -> list[tuple[pa.RecordBatch, pa.Buffer]]:
+        out: list[tuple[pa.RecordBatch, pa.Buffer]] = []
+        budget = MAX_RESPONSE_BYTES
+        for position in positions:
+            head = {"t": position.topic, "p": position.partition}
+            try:
+                partition = self.lookup(position.topic, position.partition)
+                end = partition.fetch_range_end(replica_id, position.offset, position.leader_epoch)
+                stored = []
+                if end > position.offset and budget > 0:
+                    stored = partition.log.read_stored(position.offset, min(max_bytes, budget), upto=end)
+                    if stored:  # one schema per partition and response: a new version comes next round
+                        stored = _one_schema(stored)
+                hw, lso = partition.high_watermark, partition.log.log_start_offset
+                for batch, header in stored:
+                    meta = {**head, "h": header.encode(crc=b"00000000"), "hw": hw, "lso": lso}
+                    message = envelope(batch)
+                    budget -= message.get_total_buffer_size()
+                    out.append((message, pa.py_buffer(wire.encode(meta))))
+                if not stored and hw != position.high_watermark:
+                    out.append((empty_envelope(), pa.py_buffer(wire.encode({**head, "hw": hw, "lso": lso}))))
+            except SparklogError as exc:
+                error = {**head, "error": exc.code, "message": str(exc)[:500]}
+                out.append((empty_envelope(), pa.py_buffer(wire.encode(error))))
+        return out
+
+
+def _one_schema(stored: list[tuple[pa.RecordBatch, Any]]) -> list[tuple[pa.RecordBatch, Any]]:
+    """The leading batches of the first one's schema (a follower appends one schema per round)."""
+    schema = stored[0][0].schema
+    return list(itertools.takewhile(lambda item: item[0].schema.equals(schema, True), stored))
