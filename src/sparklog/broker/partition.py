@@ -198,9 +198,11 @@ class Partition:
                     self._follower_caught_up_ms.get(replica_id, 0.0), previous_at
                 )
             self._previous_fetch[replica_id] = (end, now)
+            hw_before = self.high_watermark
             self._advance_hw()
             self.changed.notify_all()
-            self.on_change()
+            if self.high_watermark != hw_before:  # a fetch that moved nothing must not wake other fetches
+                self.on_change()
             # rejoin once it has everything visible and everything of earlier leader epochs
             # (like Kafka: it need not reach a log end that moves with every write)
             rejoin = (

@@ -21,7 +21,7 @@ OPTIONS: dict[str, tuple[type, str]] = {
     "send-records": (int, "records for the per-record send() part of 'produce'"),
     "in-flight": (int, "'produce': send_batch_async tables on their way at once (default 4)"),
     "rate": (int, "records/s for 'latency'"),
-    "seconds": (float, "duration of 'latency'"),
+    "seconds": (float, "duration of 'latency' and of the measured window of 'idle'"),
 }
 SOURCES = {"spark-read": ("topic", "memory"), "spark-write": ("topic", "files")}
 
