@@ -45,6 +45,8 @@ def add_fuzz(sub: argparse._SubParsersAction) -> None:
         metavar="N",
         help="restart the brokers every N cases too (default: at the end)",
     )
+    p.add_argument("--replay", default=None, metavar="CASES.jsonl", help="apply the cases of a case log again")
+    p.add_argument("--upto", type=int, default=None, metavar="I", help="with --replay: stop after case I")
     p.add_argument("--work-dir", default=None, metavar="DIR", help="keep the cluster and the case log here")
     p.add_argument("--strict", action="store_true", help="exit 1 on findings too (not only invariant failures)")
     p.add_argument("--json", action="store_true", help="print the report as one JSON object on stdout")
@@ -53,7 +55,7 @@ def add_fuzz(sub: argparse._SubParsersAction) -> None:
 
 def run_fuzz_command(args: argparse.Namespace) -> int:
     try:
-        from sparklog.fuzz.runner import FuzzConfig, print_progress, run_fuzz
+        from sparklog.fuzz.runner import FuzzConfig, print_progress, read_case_log, run_fuzz
     except ImportError as exc:
         raise CliError(f"sparklog fuzz needs hypothesis ({exc}): pip install 'sparklog[test]'") from None
     for name in ("minutes", "cases", "brokers", "check_every", "full_every"):
@@ -62,17 +64,24 @@ def run_fuzz_command(args: argparse.Namespace) -> int:
             raise CliError(f"--{name.replace('_', '-')} must be positive")
     if args.restart_every < 0:
         raise CliError("--restart-every must be 0 (at the end only) or positive")
+    replay = None
+    if args.replay:
+        try:
+            replay = read_case_log(Path(args.replay), args.upto)
+        except (OSError, ValueError, KeyError) as exc:
+            raise CliError(f"--replay {args.replay}: not a case log ({exc})") from None
     cases = args.cases or (UNLIMITED_CASES if args.minutes else DEFAULT_CASES)
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(2**32)
     keep = args.work_dir is not None
     work = Path(args.work_dir) if keep else Path(tempfile.mkdtemp(prefix="sparklog-fuzz-"))
     work.mkdir(parents=True, exist_ok=True)
     log_path = work / f"cases-seed-{seed}.jsonl"
-    print_progress(
-        f"seed {seed}; {cases if args.cases or not args.minutes else 'unlimited'} cases"
-        + (f", at most {args.minutes:g} min" if args.minutes else "")
-        + f"; case log {log_path}"
-    )
+    if replay is not None:
+        what = f"replaying {len(replay)} cases of {args.replay}"
+    else:
+        what = f"seed {seed}; {cases if args.cases or not args.minutes else 'unlimited'} cases"
+    limit = f", at most {args.minutes:g} min" if args.minutes else ""
+    print_progress(f"{what}{limit}; case log {log_path}")
     config = FuzzConfig(
         seed=seed,
         cases=cases,
@@ -84,6 +93,7 @@ def run_fuzz_command(args: argparse.Namespace) -> int:
         work_dir=work,
         log_path=log_path,
         progress=print_progress,
+        replay=replay,
     )
     report = run_fuzz(config)
     failed = not report.ok or (args.strict and report.findings)

@@ -187,7 +187,8 @@ class Applier:
                 problem = self._record(target, got, built[i], specs[i], case.index, idempotent, known_content)
                 if problem:
                     anomalies.append(Anomaly(OFFSET_REUSE, problem))
-        if dup_of and acked and acked != dup_of[: len(acked)]:
+        common = min(len(acked), len(dup_of))  # batches the first stream had no answer for are new
+        if common and acked[:common] != dup_of[:common]:
             anomalies.append(Anomaly(BAD_ACK, f"a resent idempotent stream was stored again: {acked} (first {dup_of})"))
         if mode in ("next", "dup") and acked and target is not None:
             stream.next_sequence = max(
@@ -277,13 +278,18 @@ class Applier:
         )
         hw = int(source["high_watermark"]) if source else 0
         start = int(source["log_start_offset"]) if source else 0
-        symbols = {"$last": hw - 1, "$mid": (start + hw) // 2, "$first100": min(hw, start + 100) - 1}
+        symbols = {"$last": hw - 1, "$mid": (start + hw) // 2, "$first10": min(hw, start + 10) - 1}
+        symbols["$first100"] = min(hw, start + 100) - 1  # in case logs of earlier versions
+        previous: dict[str, Any] | None = None
         for piece in body.get("slices", []):
             for field in ("first", "last"):
                 if isinstance(piece.get(field), str) and piece[field] in symbols:
                     piece[field] = symbols[piece[field]]
             if piece.get("first") == 0:
                 piece["first"] = start
+            if piece.get("sequence") == "$follows" and previous is not None:
+                piece["sequence"] = previous["sequence"] + max(0, previous["last"] - previous["first"] + 1)
+            previous = piece
 
     def _copied(self, body: dict[str, Any], result: flight_ops.ActionResult, index: int) -> Outcome:
         anomalies: list[Anomaly] = []

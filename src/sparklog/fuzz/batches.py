@@ -154,12 +154,12 @@ def bad_offsets_binary(rows: int, middle: int, type_: pa.DataType = pa.binary())
 
 
 def decreasing_offsets_binary(rows: int) -> pa.Array:
-    rows = max(rows, 3)
+    """``rows`` (>= 2) values whose second offset is past the third (the offsets go back)."""
+    rows = max(rows, 2)
     offsets = np.arange(rows + 1, dtype=np.int32) * 2
-    offsets[1], offsets[2] = offsets[2] + 3, offsets[1]
-    return pa.Array.from_buffers(
-        pa.binary(), rows, [None, pa.py_buffer(offsets.tobytes()), pa.py_buffer(b"y" * 2 * rows)]
-    )
+    offsets[1] = offsets[2] + 3
+    buffers = [None, pa.py_buffer(offsets.tobytes()), pa.py_buffer(b"y" * 2 * rows)]
+    return pa.Array.from_buffers(pa.binary(), rows, buffers)
 
 
 def bad_offsets_headers(rows: int) -> pa.Array:

@@ -43,6 +43,8 @@ TOPICS = (
 
 @dataclasses.dataclass
 class ProcessStats:
+    """A broker's threads, open fds and anonymous memory (its mapped segment files left out)."""
+
     threads: int
     fds: int
     rss_mb: int
@@ -58,7 +60,7 @@ def process_stats(pid: int) -> ProcessStats | None:
     return ProcessStats(
         threads=int(fields.get("Threads", "0").strip()),
         fds=fds,
-        rss_mb=int(fields.get("VmRSS", "0 kB").split()[0]) // 1024,
+        rss_mb=int(fields.get("RssAnon", "0 kB").split()[0]) // 1024,
     )
 
 

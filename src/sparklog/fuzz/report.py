@@ -124,7 +124,7 @@ class Report:
                 if anomaly.case:
                     lines.append(f"        input: {_case_line(anomaly.case)}")
                 elif anomaly.recent_cases:
-                    lines.append(f"        after: {anomaly.recent_cases[-1][:300]}")
+                    lines.append(f"        last case before it: {anomaly.recent_cases[-1][:300]}")
         return "\n".join(lines)
 
     def to_json(self) -> dict[str, Any]:

@@ -60,6 +60,7 @@ class FuzzConfig:
     log_path: Path | None = None
     progress: Callable[[str], None] | None = None
     progress_every_s: float = 15.0
+    replay: list[Case] | None = None  # apply these cases (from a case log) instead of drawing new ones
 
 
 class _Stop(BaseException):  # not an error: ends hypothesis' loop without shrinking
@@ -92,7 +93,10 @@ class Runner:
             self.applier = Applier(self.cluster, self.ledger)
             self._say(f"cluster up in {work} ({self.config.brokers} broker(s)); seed {self.config.seed}")
             with contextlib.suppress(_Stop):
-                self._drive()
+                if self.config.replay is None:
+                    self._drive()
+                else:
+                    self._replay(self.config.replay)
             if self.config.restarts_at_end and not self.report.stopped_early:
                 self._check(full=True, when="end of the cases")
                 self._restarts("end of the run")
@@ -139,6 +143,12 @@ class Runner:
             self._step(case)
 
         one_case()
+
+    def _replay(self, cases: list[Case]) -> None:
+        for case in cases:
+            if self.deadline is not None and time.monotonic() > self.deadline:
+                return
+            self._step(case)
 
     def _step(self, case: Case) -> None:
         assert self.applier is not None
@@ -335,13 +345,27 @@ class Runner:
         rss = max((s.rss_mb for s in stats.values()), default=0)
         self._say(
             f"{r.cases} cases in {now - self._started:.0f} s; acked {self.ledger.batches} batches; "
-            f"failures {len(r.failures)}, findings {len(r.findings)}; broker threads {threads}, fds {fds}, rss {rss} MB"
+            f"failures {len(r.failures)}, findings {len(r.findings)}; "
+            f"broker threads {threads}, fds {fds}, anonymous memory {rss} MB"
         )
 
 
 def run_fuzz(config: FuzzConfig) -> Report:
     """Run the fuzzer (see the module docs) and return its report."""
     return Runner(config).run()
+
+
+def read_case_log(path: Path, upto: int | None = None) -> list[Case]:
+    """The cases of a case log (``FuzzConfig.log_path``), up to index ``upto`` included: a run's
+    input again, to replay it on a fresh cluster (``sparklog fuzz --replay``)."""
+    cases = []
+    with open(path) as f:
+        for line in f:
+            case = Case.from_json(json.loads(line)["case"])
+            if upto is not None and case.index > upto:
+                break
+            cases.append(case)
+    return cases
 
 
 def print_progress(message: str) -> None:

@@ -6,8 +6,9 @@ so that 10,000 cases fit in half an hour on two cores: most batches are small, a
 (up to 8 MiB), and the rare huge inputs (50M declared rows, a 70 MiB zstd bomb) are tiny on the wire.
 
 Symbolic values resolved when the case is applied (they depend on what the partition holds then):
-in a fetch, ``offset_mode``; in a copy slice, ``"$last"`` (the source's high watermark - 1) and
-``"$mid"`` (half of it).
+in a fetch, ``offset_mode``; in a copy slice, ``"$last"`` (the source's high watermark - 1),
+``"$mid"`` (half of it), ``"$first10"`` (the tenth record) and the sequence ``"$follows"`` (the
+previous slice's sequence plus its records).
 """
 
 from __future__ import annotations
@@ -220,10 +221,12 @@ def copy_body(draw: st.DrawFn, topology: Topology) -> dict[str, Any]:
     names = sorted(topology.topics)
     source = draw(st.sampled_from(names))
     shape = weighted(draw, [(6, "few"), (2, "whole"), (1, "amplify")])
-    count = {"few": draw(st.integers(1, 4)), "whole": draw(st.integers(1, 16)), "amplify": 1024}[shape]
+    # whole partitions, or 1,024 slices (finding 3): mostly under a producer id, so that the broker
+    # stores a repeated copy once (without one, every repeat appends it all again)
+    count = {"few": draw(st.integers(1, 4)), "whole": draw(st.integers(1, 8)), "amplify": 1024}[shape]
     target = draw(st.sampled_from(names))
     target_p = draw(st.integers(0, topology.topics[target] - 1))
-    pid = weighted(draw, [(2, -1), (1, 2000), (1, 2001)])
+    pid = weighted(draw, [(2, -1), (1, 2000), (1, 2001)] if shape == "few" else [(1, -1), (4, 2000), (4, 2001)])
     base_seq = weighted(draw, [(4, 0), (1, 100), (1, -1), (1, 1 << 40)])
     slices = []
     for i in range(count):
@@ -233,7 +236,7 @@ def copy_body(draw: st.DrawFn, topology: Topology) -> dict[str, Any]:
         elif shape == "whole":
             first, last = 0, "$last"
         else:
-            first, last = 0, "$first100"
+            first, last = 0, "$first10"
         slices.append(
             {
                 "first": first,
@@ -241,7 +244,8 @@ def copy_body(draw: st.DrawFn, topology: Topology) -> dict[str, Any]:
                 "topic": target,
                 "partition": target_p,
                 "producer_id": pid,
-                "sequence": base_seq + i * 100_000 if isinstance(base_seq, int) and base_seq >= 0 else base_seq,
+                # the copies of one call follow each other in the producer's sequence (resolved when applied)
+                "sequence": "$follows" if i and shape != "few" and base_seq >= 0 else base_seq,
             }
         )
     return {
