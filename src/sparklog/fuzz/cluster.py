@@ -148,15 +148,26 @@ class FuzzCluster:
                 return self.location(leader)
         return self.location(self.broker_ids[0])
 
-    def offsets(self, topic: str, partition: int) -> dict[str, Any] | None:
-        for attempt in range(2):
+    def offsets(self, topic: str, partition: int, attempts: int = 2) -> dict[str, Any] | None:
+        """``list_offsets`` of the partition from its leader (None if no broker answered it)."""
+        return self.offsets_or_error(topic, partition, attempts)[0]
+
+    def offsets_or_error(
+        self, topic: str, partition: int, attempts: int = 2
+    ) -> tuple[dict[str, Any] | None, str | None]:
+        """``list_offsets`` of the partition, or why it failed after ``attempts`` (0.5 s apart)."""
+        problem = f"no broker leads {topic}-{partition}"
+        for attempt in range(attempts):
+            if attempt:
+                time.sleep(0.5)
             leader = self.leader(topic, partition, refresh=attempt > 0)
             if leader is None:
                 continue
             answer = flight_ops.list_offsets(self.location(leader), topic, partition)
             if isinstance(answer, dict):
-                return answer
-        return None
+                return answer, None
+            problem = f"list_offsets of {topic}-{partition} on broker {leader} failed: {answer.message}"
+        return None, problem
 
     # ------------------------------------------------------------------ health
     def alive(self, broker_id: int) -> bool:

@@ -39,11 +39,9 @@ class PartitionData:
 
 def read_partition(cluster: FuzzCluster, topic: str, partition: int, start: int | None = None) -> PartitionData:
     """Every record of the partition from ``start`` (default: its log start) to its high watermark."""
-    offsets_answer = cluster.offsets(topic, partition)
+    offsets_answer, problem = cluster.offsets_or_error(topic, partition, attempts=4)
     if offsets_answer is None:
-        return PartitionData(
-            np.zeros(0, np.int64), Fingerprints.empty(), problem=f"no leader of {topic}-{partition} answers"
-        )
+        return _failed(str(problem))
     position = max(int(offsets_answer["log_start_offset"]), start or 0)
     end = int(offsets_answer["high_watermark"])
     leader = cluster.leader(topic, partition)
