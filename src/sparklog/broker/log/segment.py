@@ -498,8 +498,9 @@ class LogSegment:
     ) -> tuple[list[tuple[pa.RecordBatch, BatchHeader]], int, bool]:
         """Whole batches holding records at or after ``offset`` (the first one may start before it),
         at most ``max_bytes`` of them (but one batch if ``at_least_one``), none at or past ``upto``; a
-        batch that straddles ``upto`` is sliced. Returns the batches with their stored headers, their
-        stored size and whether the segment was read to its end."""
+        batch that straddles ``upto`` is sliced. Returns the batches with their stored headers, the
+        bytes they take (stored size, or decompressed size if larger) and whether the segment was
+        read to its end."""
         data = self._map()
         out: list[tuple[pa.RecordBatch, BatchHeader]] = []
         taken = 0
@@ -515,7 +516,8 @@ class LogSegment:
                 batch = batch.filter(pc.less(batch.column(0), upto))
                 header = header_for(batch, header.leader_epoch, header.producer_id, header.producer_seq)
             out.append((batch, header))
-            taken += end - position
+            # a compressed batch takes its decompressed size in memory: count that against max_bytes
+            taken += max(end - position, batch.get_total_buffer_size())
         return out, taken, True
 
     def offset_for_time(self, timestamp: int) -> int | None:
