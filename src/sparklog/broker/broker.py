@@ -5,6 +5,7 @@ leaderships over first)."""
 
 from __future__ import annotations
 
+import contextlib
 import faulthandler
 import json
 import logging
@@ -17,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow.flight as flight
-from kazoo.exceptions import BadVersionError, KazooException, NoNodeError
+from kazoo.exceptions import BadVersionError, KazooException, NodeExistsError, NoNodeError
 from kazoo.protocol.states import KazooState
 from kazoo.recipe.watchers import ChildrenWatch, DataWatch
 
@@ -457,7 +458,21 @@ class Broker:
             return False
         log.info("%s-%s: ISR %s -> %s", partition.topic, partition.partition, state.isr, isr)
         self._apply_state(partition.topic, partition.partition, new, version)
+        if set(isr) - set(state.isr):
+            self._notify_isr_expansion()
         return True
+
+    def _notify_isr_expansion(self) -> None:
+        """Tell the controller an ISR grew (it may move leadership back to a preferred replica, or
+        finish a reassignment) instead of having it re-read every partition's state every round."""
+        assert self.cluster is not None
+        try:
+            self.cluster.zk.set(self.cluster.layout.isr_change, b"")
+        except NoNodeError:
+            with contextlib.suppress(NodeExistsError):
+                self.cluster.zk.create(self.cluster.layout.isr_change, b"", makepath=True)
+        except Exception:  # the controller's slow periodic round catches up
+            log.warning("could not notify the controller of an ISR change", exc_info=True)
 
     # ----------------------------------------------------------------- partition access
     def topic_metadata(self, topic: str) -> TopicMetadata:

@@ -56,6 +56,12 @@ class ZkLayout:
         return f"{self.root}/controller"
 
     @property
+    def isr_change(self) -> str:
+        """Touched by a leader that took a replica back into an ISR: wakes the controller (Kafka's
+        ``isr_change_notification``), which may then give a preferred replica its leadership back."""
+        return f"{self.root}/admin/isr_change"
+
+    @property
     def topics(self) -> str:
         return f"{self.root}/topics"
 
