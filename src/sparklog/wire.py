@@ -70,6 +70,12 @@ def flight_client(location: str, own_connection: bool = False) -> flight.FlightC
 _COMPACT_JSON = json.JSONEncoder(separators=(",", ":"))  # made once: json.dumps(separators=...) makes one per call
 
 
+def is_int64(value: Any) -> bool:
+    """Whether a decoded JSON value is an integer (not a bool) that fits in 64 bits, as every
+    offset, epoch, producer id and timestamp on the wire must."""
+    return isinstance(value, int) and not isinstance(value, bool) and -(1 << 63) <= value < 1 << 63
+
+
 def encode(obj: dict[str, Any]) -> bytes:
     return _COMPACT_JSON.encode(obj).encode()
 

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pyarrow as pa
 
+from sparklog import wire
 from sparklog.broker.typed_values import conform_produced
 from sparklog.errors import DuplicateSequence, InvalidRequest, OffsetOutOfRange, RecordTooLarge
 from sparklog.names import check_topic_name
@@ -71,9 +72,7 @@ class CopySlice:
         except KeyError as exc:
             raise InvalidRequest(f"a copy slice needs {exc.args[0]!r}: {item!r}") from None
         ints = (made.first, made.last, made.partition, made.producer_id, made.sequence)
-        if not all(
-            isinstance(v, int) and not isinstance(v, bool) and -(1 << 63) <= v < 1 << 63 for v in ints
-        ) or not isinstance(made.topic, str):
+        if not all(wire.is_int64(v) for v in ints) or not isinstance(made.topic, str):
             raise InvalidRequest(f"a copy slice has a field of the wrong type or out of 64 bits: {str(item)[:200]}")
         check_topic_name(made.topic)
         if made.schema_version is not None and not isinstance(made.schema_version, int):
@@ -128,7 +127,7 @@ def copy_records(broker: Broker, request: dict[str, Any]) -> dict[str, Any]:
     ``{"base_offset", "last_offset", "count"}``, offsets -1 for a slice stored before. Past
     ``MAX_COPY_BYTES`` the results stop early (fewer results than slices: send the rest again)."""
     source_topic, source_p = request.get("topic"), request.get("partition")
-    if not isinstance(source_topic, str) or not isinstance(source_p, int) or isinstance(source_p, bool):
+    if not isinstance(source_topic, str) or not wire.is_int64(source_p):
         raise InvalidRequest(
             f"copy_records needs the source 'topic' and 'partition', got {source_topic!r:.100}, {source_p!r:.40}"
         )

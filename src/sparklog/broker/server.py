@@ -47,7 +47,6 @@ log = logging.getLogger(__name__)
 
 MAX_FETCH_BYTES = 64 << 20
 MAX_WAIT_MS = 30_000
-_INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
 COALESCE_BYTES = 1 << 20  # a consumer's small batches go out joined, up to this size per message
 
 
@@ -55,17 +54,9 @@ def _int(request: dict[str, Any], name: str, default: int | None = None) -> int:
     value = request.get(name, default)
     if value is None:
         raise InvalidRequest(f"request is missing '{name}'")
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise InvalidRequest(f"'{name}' must be an integer, got {value!r:.100}")
-    if not _INT64_MIN <= value <= _INT64_MAX:
-        raise InvalidRequest(f"'{name}' must fit in 64 bits, got {value}")
-    return value
-
-
-def _str(request: dict[str, Any], name: str) -> str:
-    value = request.get(name)
-    if not isinstance(value, str) or not value:
-        raise InvalidRequest(f"request needs a non-empty string '{name}'")
+    if not wire.is_int64(value):
+        kind = "fit in 64 bits" if isinstance(value, int) and not isinstance(value, bool) else "be an integer"
+        raise InvalidRequest(f"'{name}' must {kind}, got {value!r:.100}")
     return value
 
 

@@ -30,6 +30,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.ipc as ipc
 
+from sparklog import wire
 from sparklog.errors import InvalidRecord, InvalidRequest
 
 REPLICA_FETCH = "replica_fetch"
@@ -62,9 +63,7 @@ class FetchPosition:
         if not isinstance(item, dict):
             raise InvalidRequest("a replica fetch partition must be an object")
         values = (item.get("p"), item.get("o"), item.get("e"), item.get("hw", -1))
-        if not isinstance(item.get("t"), str) or not all(
-            isinstance(v, int) and not isinstance(v, bool) and -(1 << 63) <= v < 1 << 63 for v in values
-        ):
+        if not isinstance(item.get("t"), str) or not all(wire.is_int64(v) for v in values):
             raise InvalidRequest(f"a replica fetch partition needs t (string), p, o, e (integers): {str(item)[:200]}")
         return cls(item["t"], *values)
 

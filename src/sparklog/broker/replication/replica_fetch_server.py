@@ -41,7 +41,7 @@ LeaderLookup = Callable[[str, int], "Partition"]  # the partition if this broker
 def parse(request: dict[str, Any]) -> tuple[int, list[FetchPosition], int, int]:
     """replica id, positions, max wait (ms) and max bytes per partition of a replica fetch request."""
     replica_id, max_wait, max_bytes = (request.get(k) for k in ("replica_id", "max_wait_ms", "max_bytes"))
-    if not all(isinstance(v, int) and not isinstance(v, bool) for v in (replica_id, max_wait, max_bytes)):
+    if not all(wire.is_int64(v) for v in (replica_id, max_wait, max_bytes)):
         raise InvalidRequest("a replica fetch needs integer 'replica_id', 'max_wait_ms' and 'max_bytes'")
     items = request.get("partitions")
     if not isinstance(items, list) or len(items) > MAX_PARTITIONS:
