@@ -7,6 +7,13 @@
   idempotent producer's sequence of its first record); after appending each batch the broker
   writes put metadata ``{"base_offset", "last_offset", "count"}`` (JSON) back on the same stream
   (none for ``acks=0``). With ``acks=all`` that happens once every in-sync replica has the batch.
+- **Produce to many partitions** (what ``Producer`` uses: one stream per broker, Kafka's
+  ProduceRequest): ``do_put`` with ``{"type": "produce_many", "acks"}``; each batch's app metadata
+  is ``{"t": topic, "p": partition, "pid": producer id, "seq": first sequence, "sv": schema
+  version?, "end": true?}``. After a batch with ``"end"`` the broker answers the request (the
+  batches since the previous end) with one put metadata ``{"r": [{"b": base offset, "l": last
+  offset} | {"e": CODE, "m": message}, ...]}``, one entry per batch in order (nothing with
+  ``acks=0``): :mod:`sparklog.broker.produce_request`.
 - **Fetch**: ``do_get`` with ``Ticket(json)``: ``{"topic", "partition", "offset", "max_bytes",
   "max_wait_ms", "replica_id", "leader_epoch"}``. The broker streams stored record batches (columns
   ``offset``, ``timestamp``, ``key``, ``value``, ``headers``) from the batch holding ``offset``, up
@@ -44,6 +51,7 @@ ERROR_PREFIX = "sparklog:"
 _ERROR = re.compile(r"sparklog:([A-Z_]+):(.*?)(?:\. Detail:|$)", re.S)
 
 PRODUCE = "produce"
+PRODUCE_MANY = "produce_many"
 LIST_OFFSETS = "list_offsets"
 OFFSETS_FOR_LEADER_EPOCH = "offsets_for_leader_epoch"
 PING = "ping"

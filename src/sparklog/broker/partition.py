@@ -122,9 +122,11 @@ class Partition:
             self.await_high_watermark(info.last_offset + 1, min_isr)
         return info
 
-    def await_high_watermark(self, offset: int, min_isr: int) -> None:
-        """Wait until the high watermark reaches ``offset`` (NotLeader, NotEnoughReplicas if it cannot)."""
-        deadline = time.monotonic() + ACK_TIMEOUT_S
+    def await_high_watermark(self, offset: int, min_isr: int, deadline: float | None = None) -> None:
+        """Wait until the high watermark reaches ``offset`` (NotLeader, NotEnoughReplicas if it cannot
+        by ``deadline``, a ``time.monotonic()`` value: ``ACK_TIMEOUT_S`` from now by default)."""
+        if deadline is None:
+            deadline = time.monotonic() + ACK_TIMEOUT_S
         with self.changed:
             while self.high_watermark < offset:
                 state = self.state

@@ -24,13 +24,12 @@ from sparklog import fetch_columns, wire
 from sparklog.broker.call_limits import DEFAULT_MAX_CALLS_PER_IP, MIDDLEWARE_KEY, CallLimits, admit
 from sparklog.broker.fetch_follower import FetchFollower, next_offset
 from sparklog.broker.log.batch_codec import BatchHeader
-from sparklog.broker.log.batch_validation import check_produced
+from sparklog.broker.produce_request import ProduceRequestStream, append_produced, record_batches
 from sparklog.broker.record_copy import copy_records
 from sparklog.broker.replication.fetch_request import ENVELOPE, REPLICA_FETCH
 from sparklog.broker.replication.replica_fetch_server import ReplicaFetchResponse
-from sparklog.broker.typed_values import ConsumerView, conform_produced
+from sparklog.broker.typed_values import ConsumerView
 from sparklog.errors import (
-    InvalidRecord,
     InvalidRequest,
     NotLeader,
     RecordTooLarge,
@@ -149,42 +148,32 @@ class BrokerServer(flight.FlightServerBase):
         with _errors_as_flight("a produce request"):
             admit(context)
             request = _parse(descriptor.command)
-            if request.get("type") != wire.PRODUCE:
-                raise InvalidRequest(f"unknown put type {request.get('type')!r}")
-            topic, p = _topic(request), _int(request, "partition")
             acks = str(request.get("acks", "1"))
             if acks not in ("0", "1", "all", "-1"):
                 raise InvalidRequest(f"acks must be 0, 1 or all, got {acks!r}")
             acks = "all" if acks == "-1" else acks
+            if request.get("type") == wire.PRODUCE_MANY:
+                ProduceRequestStream(self.broker, acks, lambda: self.stopping).serve(reader, writer)
+                return
+            if request.get("type") != wire.PRODUCE:
+                raise InvalidRequest(f"unknown put type {request.get('type')!r}")
+            topic, p = _topic(request), _int(request, "partition")
             producer_id = _int(request, "producer_id", -1)
             sequence = _int(request, "first_sequence", -1)
             writer_version = request.get("schema_version")
             if writer_version is not None and not isinstance(writer_version, int):
                 raise InvalidRequest(f"'schema_version' must be an integer, got {writer_version!r}")
-            partition = self.broker.leader_partition(topic, p, for_write=True)
-            min_isr = partition.log.config.min_insync_replicas
-            while True:
-                try:
-                    chunk = reader.read_chunk()
-                except StopIteration:
-                    break
-                except pa.ArrowInvalid as exc:
-                    raise InvalidRecord(f"unreadable record batch: {exc}") from None
-                if chunk.data is None:
-                    continue
+            self.broker.leader_partition(topic, p, for_write=True)
+            for data, metadata in record_batches(reader):
                 if self.stopping:
                     raise NotLeader(f"broker {self.broker.broker_id} is shutting down")
-                if chunk.app_metadata is not None and chunk.app_metadata.size:
-                    sequence = _int(_parse(chunk.app_metadata), "sequence", -1)  # per batch (idempotence)
+                if metadata is not None and metadata.size:
+                    sequence = _int(_parse(metadata), "sequence", -1)  # per batch (idempotence)
                 partition = self.broker.leader_partition(topic, p, for_write=True)
-                data = chunk.data
                 value_schemas = self.broker.value_schemas.get(topic)
-                if value_schemas:  # fully validated before the conversion reads it (untyped: by the log)
-                    check_produced(data, partition.log.config.max_message_bytes)
-                    data = conform_produced(data, value_schemas, writer_version)
-                info = partition.append_as_leader(data, acks, producer_id, sequence, min_isr)
+                info = append_produced(partition, data, value_schemas, writer_version, acks, producer_id, sequence)
                 if sequence >= 0:
-                    sequence += chunk.data.num_rows
+                    sequence += data.num_rows
                 if acks != "0":
                     result = {"base_offset": info.base_offset, "last_offset": info.last_offset, "count": info.count}
                     writer.write(pa.py_buffer(wire.encode(result)))

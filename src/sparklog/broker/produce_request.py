@@ -1,0 +1,172 @@
+"""The leader's side of a produce request covering many partitions (Kafka's ProduceRequest).
+
+A producer keeps one ``do_put`` stream per broker (and value type: a Flight stream has one schema,
+and every plain topic shares the wire schema) and sends on it the batches of every partition that
+broker leads. Each batch names its partition in its app metadata; the last batch of a request says
+``"end"``, and the broker answers the request with one put metadata message holding a result per
+batch, in order: offsets, or the error of that batch alone (a partition led elsewhere, too few
+replicas, a refused batch), so one partition's trouble never fails the others. The wire is in
+:mod:`sparklog.wire`.
+
+Every batch of a request is appended as it arrives; with ``acks=all`` the broker then waits (one
+deadline for the whole request) until the high watermark covers each appended batch, so the
+request's partitions replicate together instead of one after the other.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any, NamedTuple, Protocol
+
+import pyarrow as pa
+import pyarrow.flight as flight
+
+from sparklog import wire
+from sparklog.broker.log.batch_validation import check_produced
+from sparklog.broker.partition import ACK_TIMEOUT_S, Partition
+from sparklog.broker.typed_values import conform_produced
+from sparklog.errors import InvalidRecord, InvalidRequest, NotLeader, SparklogError
+from sparklog.names import check_topic_name
+from sparklog.schemas.value_schema import ValueSchema
+
+ValueSchemas = Sequence[ValueSchema]  # a typed topic's versions, oldest first
+
+
+class ProduceTarget(Protocol):
+    """What serving a produce request needs from the broker."""
+
+    broker_id: int
+
+    def leader_partition(self, topic: str, p: int, for_write: bool = False) -> Partition: ...
+
+    @property
+    def value_schemas(self) -> Mapping[str, ValueSchemas]: ...
+
+
+def append_produced(
+    partition: Partition,
+    data: pa.RecordBatch,
+    value_schemas: ValueSchemas | None,
+    writer_version: int | None,
+    acks: str,
+    producer_id: int,
+    sequence: int,
+    wait: bool = True,
+) -> Any:
+    """Append one produced batch as the partition's leader (a typed topic's values first checked and
+    converted to its latest schema version); the :class:`AppendInfo`. ``wait``: with ``acks=all``,
+    return only once the high watermark covers it."""
+    if value_schemas:  # fully validated before the conversion reads it (untyped: by the log)
+        check_produced(data, partition.log.config.max_message_bytes)
+        data = conform_produced(data, value_schemas, writer_version)
+    min_isr = partition.log.config.min_insync_replicas
+    return partition.append_as_leader(data, acks, producer_id, sequence, min_isr, wait=wait)
+
+
+def record_batches(reader: flight.MetadataRecordBatchReader) -> Iterator[tuple[pa.RecordBatch, pa.Buffer | None]]:
+    """The batches of a produce stream with their app metadata (an unreadable one: InvalidRecord)."""
+    while True:
+        try:
+            chunk = reader.read_chunk()
+        except StopIteration:
+            return
+        except pa.ArrowInvalid as exc:
+            raise InvalidRecord(f"unreadable record batch: {exc}") from None
+        if chunk.data is not None:
+            yield chunk.data, chunk.app_metadata
+
+
+class _Appended(NamedTuple):
+    partition: Partition
+    base_offset: int
+    last_offset: int
+
+
+def _int_field(meta: dict[str, Any], name: str, default: int | None = None) -> int:
+    value = meta.get(name, default)
+    if not wire.is_int64(value):
+        raise InvalidRequest(f"a produced batch's '{name}' must be a 64-bit integer, got {value!r:.100}")
+    return value
+
+
+def _metadata(buffer: pa.Buffer) -> dict[str, Any]:
+    try:
+        meta = wire.decode(buffer)
+    except (ValueError, UnicodeDecodeError, RecursionError):
+        raise InvalidRequest("a produced batch's app metadata is not valid JSON") from None
+    if not isinstance(meta, dict):
+        raise InvalidRequest("a produced batch's app metadata must be a JSON object")
+    return meta
+
+
+class ProduceRequestStream:
+    """Serves one producer's stream of multi-partition produce requests."""
+
+    def __init__(self, target: ProduceTarget, acks: str, stopping: Callable[[], bool]) -> None:
+        self.target = target
+        self.acks = acks
+        self.stopping = stopping
+
+    def serve(self, reader: flight.MetadataRecordBatchReader, writer: flight.FlightMetadataWriter) -> None:
+        pending: list[_Appended | SparklogError] = []
+        failed: dict[tuple[str, str], SparklogError] = {}  # a partition's first failed batch in the request
+        for batch, metadata in record_batches(reader):
+            if metadata is None or not metadata.size:
+                raise InvalidRequest("every batch of a multi-partition produce request needs its app metadata")
+            meta = _metadata(metadata)
+            tp = (str(meta.get("t")), str(meta.get("p")))
+            earlier = failed.get(tp)
+            if earlier is not None:  # the batches behind a failed one are not appended (order)
+                pending.append(earlier)
+            else:
+                try:
+                    pending.append(self._append(batch, meta))
+                except SparklogError as exc:  # this batch only
+                    pending.append(exc)
+                    failed[tp] = exc
+            if meta.get("end") is True:
+                if self.acks != "0":
+                    writer.write(pa.py_buffer(wire.encode({"r": self._results(pending)})))
+                pending, failed = [], {}
+
+    def _append(self, batch: pa.RecordBatch, meta: dict[str, Any]) -> _Appended:
+        if self.stopping():
+            raise NotLeader(f"broker {self.target.broker_id} is shutting down")
+        topic = check_topic_name(meta.get("t"))
+        p = _int_field(meta, "p")
+        producer_id = _int_field(meta, "pid", -1)
+        sequence = _int_field(meta, "seq", -1)
+        writer_version = meta.get("sv")
+        if writer_version is not None and not wire.is_int64(writer_version):
+            raise InvalidRequest(f"'sv' must be an integer, got {writer_version!r:.100}")
+        partition = self.target.leader_partition(topic, p, for_write=True)
+        info = append_produced(
+            partition,
+            batch,
+            self.target.value_schemas.get(topic),
+            writer_version,
+            self.acks,
+            producer_id,
+            sequence,
+            wait=False,
+        )
+        return _Appended(partition, info.base_offset, info.last_offset)
+
+    def _results(self, pending: list[_Appended | SparklogError]) -> list[dict[str, Any]]:
+        """Each batch's answer; with ``acks=all`` once the high watermark covers it (one deadline
+        for the whole request)."""
+        deadline = time.monotonic() + ACK_TIMEOUT_S
+        results: list[dict[str, Any]] = []
+        for item in pending:
+            if isinstance(item, _Appended) and self.acks == "all":
+                min_isr = item.partition.log.config.min_insync_replicas
+                try:
+                    item.partition.await_high_watermark(item.last_offset + 1, min_isr, deadline)
+                except SparklogError as exc:
+                    item = exc
+            if isinstance(item, SparklogError):
+                results.append({"e": item.code, "m": str(item)[: wire.MAX_ERROR_MESSAGE]})
+            else:
+                results.append({"b": item.base_offset, "l": item.last_offset})
+        return results

@@ -1,0 +1,389 @@
+"""The Producer: per-record ``send()`` batched in the background, and columnar ``send_batch()``.
+
+Records given to ``send()`` gather per topic (:mod:`record_accumulator`) until their linger is over
+or a batch is full; then a whole column at a time they are partitioned (:mod:`row_routing`: stable
+key hash, explicit partition, or sticky batches for unkeyed records) and cut into wire batches
+(:mod:`produce_batch`) queued per partition. ``send_batch()`` tables take the same path at once.
+One sender thread (:mod:`sender`) sends every broker the batches of all the partitions it leads in
+one request at a time, over one stream per broker (:mod:`broker_stream`).
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import operator
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from time import time_ns
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from sparklog.client.cluster_client import DEFAULT_ZOOKEEPER, ClusterClient
+from sparklog.client.producer.futures import BatchMetadata, GroupOutcome, ProduceFuture
+from sparklog.client.producer.produce_batch import PartitionRows, wire_batches
+from sparklog.client.producer.record_accumulator import TopicRecords
+from sparklog.client.producer.row_routing import RowRouter, place, rows_by_partition, take_rows
+from sparklog.client.producer.sender import Sender
+from sparklog.errors import InvalidRecord, InvalidRequest
+from sparklog.records import HEADER_TYPE, wire_batch_of_rows
+from sparklog.schemas.codec import decode_avro
+from sparklog.schemas.value_schema import ValueSchema
+
+ACKS = ("0", "1", "all")
+IN_FLIGHT_WAIT_S = 0.05  # how long the linger thread waits for groups in flight before taking the next
+
+
+class Producer:
+    """Sends records to topics. Use as a context manager, or call ``close()``.
+
+    ``acks``: ``0`` (fire and forget), ``1`` (the leader appended), ``all`` (every in-sync replica
+    has it). ``linger_ms`` and ``batch_records``/``batch_bytes`` decide when ``send()`` records leave.
+    A batch is retried (new leader, broker back, enough replicas again) for up to
+    ``delivery_timeout_s`` before its error is raised; each request waits at most
+    ``request_timeout_s`` for its acknowledgement (never past the delivery timeout), so a frozen
+    leader is given up on and the batch goes to the next leader.
+
+    The producer is idempotent: it numbers the records it sends to each partition under a random
+    producer id, so when it retries a batch after a lost acknowledgement or a leader change the
+    leader recognises the batch and does not append it twice. The batches of all the partitions a
+    broker leads travel to it together; partitions never wait for each other's retries.
+    """
+
+    def __init__(
+        self,
+        zookeeper: str = DEFAULT_ZOOKEEPER,
+        acks: str | int = "1",
+        linger_ms: float = 5.0,
+        batch_records: int = 10_000,
+        batch_bytes: int = 4 << 20,
+        retries: int | None = None,
+        delivery_timeout_s: float = 30.0,
+        request_timeout_s: float = 30.0,
+    ) -> None:
+        acks = "all" if str(acks) in ("all", "-1") else str(acks)
+        if acks not in ACKS:
+            raise InvalidRequest(f"acks must be 0, 1 or all, got {acks!r}")
+        self.acks = acks
+        self.linger_s = linger_ms / 1000
+        self.batch_records = batch_records
+        self.batch_bytes = batch_bytes
+        self.delivery_timeout_s = delivery_timeout_s
+        self.request_timeout_s = request_timeout_s
+        self._client = ClusterClient(zookeeper, retries=retries, retry_timeout_s=delivery_timeout_s)
+        self._router = RowRouter(batch_records)
+        self._sender = Sender(
+            self._client, acks, request_timeout_s, delivery_timeout_s, retries, batch_records, batch_bytes
+        )
+        self._in_flight: set[GroupOutcome] = set()  # groups taken by the linger thread, not yet acknowledged
+        self._batches_in_flight: dict[concurrent.futures.Future[list[BatchMetadata]], None] = {}  # send_batch_async
+        self._pending: dict[str, TopicRecords] = {}
+        self._lock = threading.Lock()  # guards the accumulators (a plain lock: send() is the hot path)
+        self._wake = threading.Event()  # tells the linger thread to look at the accumulators
+        self._closed = False
+        self._linger = threading.Thread(target=self._run_linger, name="sparklog-producer", daemon=True)
+        self._linger.start()
+
+    def threads(self) -> int:
+        """The threads this producer runs now: its linger thread and the sender's."""
+        return 1 + self._sender.threads()
+
+    # ----------------------------------------------------------------- per-record path
+    def send(
+        self,
+        topic: str,
+        value: bytes | None = None,
+        key: bytes | None = None,
+        headers: Mapping[str, bytes] | None = None,
+        partition: int | None = None,
+        timestamp: int | None = None,
+    ) -> ProduceFuture:
+        """Queue one record; the returned future resolves to its (topic, partition, offset)."""
+        if self._closed:
+            raise InvalidRequest("the producer is closed")
+        if partition is not None and partition < 0:
+            raise InvalidRequest(f"partition must be >= 0, got {partition}")
+        if timestamp is None:
+            timestamp = time_ns() // 1_000_000
+        lock = self._lock
+        lock.acquire()  # cheaper than ``with`` on this path, which runs once per record
+        try:
+            acc = self._pending.get(topic)
+            if acc is None:
+                acc = self._pending[topic] = TopicRecords(topic)
+            values = acc.values
+            values.append(value)
+            acc.timestamps.append(timestamp)
+            if acc.rare or key is not None or headers is not None or partition is not None:
+                acc.add_rare(key, headers, partition)
+            n = len(values)
+            if value:
+                acc.bytes += len(value)
+            full = n >= self.batch_records or acc.bytes >= self.batch_bytes
+        finally:
+            lock.release()
+        # a new group starts its linger, or must leave now; is_set() first: a full group stays full
+        # until the linger thread takes it, and Event.set() costs a Condition round every call
+        if (n == 1 or full or not self.linger_s) and not self._wake.is_set():
+            self._wake.set()
+        return ProduceFuture((acc.outcome, n - 1))
+
+    def _run_linger(self) -> None:
+        while True:
+            self._await_in_flight()
+            with self._lock:
+                ready = self._take(all_=self._closed)
+                oldest = min((a.since for a in self._pending.values()), default=None)
+                closed = self._closed
+            for acc in ready:
+                self._dispatch_accumulated(acc)
+            if closed and not ready:
+                return
+            if ready:
+                continue
+            # sleep until the oldest group's linger is over, or until send()/flush()/close() wakes us
+            timeout = None if oldest is None else max(0.0, oldest + self.linger_s - time.monotonic())
+            self._wake.wait(timeout)
+            self._wake.clear()
+
+    def _await_in_flight(self) -> None:
+        """Let the groups in flight be acknowledged before the next group leaves, so that records
+        arriving meanwhile go out together (a group per round trip, not a tiny group per record).
+        Bounded by ``IN_FLIGHT_WAIT_S``: a partition whose leader hangs delays the others' records
+        by that much at most, it never holds them up."""
+        with self._lock:
+            waiting = list(self._in_flight)
+        until = time.monotonic() + IN_FLIGHT_WAIT_S
+        for outcome in waiting:
+            if not outcome.done.wait(max(0.0, until - time.monotonic())):
+                return
+
+    def _take(self, all_: bool) -> list[TopicRecords]:
+        now = time.monotonic()
+        ready = [
+            a
+            for a in self._pending.values()
+            if all_
+            or len(a.values) >= self.batch_records
+            or a.bytes >= self.batch_bytes
+            or now - a.since >= self.linger_s
+        ]
+        for acc in ready:
+            del self._pending[acc.topic]
+        return ready
+
+    def _dispatch_accumulated(self, acc: TopicRecords) -> None:
+        """Queue a group's rows on their partitions; its futures resolve once every partition has
+        answered (the linger thread goes on with the next group at once)."""
+        outcome = acc.outcome
+        with self._lock:
+            self._in_flight.add(outcome)
+        try:
+            header_column = None
+            if acc.headers is not None and acc.headers.count(None) != len(acc.headers):
+                header_column = pa.array(
+                    [None if not h else [{"key": k, "value": v} for k, v in h.items()] for h in acc.headers],
+                    HEADER_TYPE,
+                )
+            value = self._value_column(acc.topic, acc.values)
+            batch = wire_batch_of_rows(acc.timestamps, acc.keys, value, header_column)
+            explicit = None
+            if acc.partitions is not None and acc.partitions.count(None) != len(acc.partitions):
+                explicit = np.array([-1 if p is None else p for p in acc.partitions], dtype=np.int64)
+            deadline = acc.created + self.delivery_timeout_s
+            rows = batch.num_rows
+
+            def all_done(sends: list[PartitionRows], parts: np.ndarray) -> None:
+                outcome.partitions = parts
+                outcome.offsets, outcome.partition_errors = _collect(rows, sends)
+                self._finished(outcome)
+
+            self._dispatch(acc.topic, pa.Table.from_batches([batch]), explicit, deadline, all_done)
+        except BaseException as exc:  # every waiting future learns the failure
+            outcome.error = exc
+            self._finished(outcome)
+
+    def _finished(self, outcome: GroupOutcome) -> None:
+        with self._lock:
+            self._in_flight.discard(outcome)
+        outcome.done.set()
+
+    # ----------------------------------------------------------------- columnar path
+    def send_batch(
+        self, topic: str, data: pa.Table | pa.RecordBatch | Mapping[str, Any], partition: int | None = None
+    ) -> list[BatchMetadata]:
+        """Send a whole Arrow table (columns ``value`` and optional ``key``, ``timestamp``,
+        ``headers``) and wait for the acknowledgements; returns where each slice landed."""
+        return self.send_batch_async(topic, data, partition).result()
+
+    def send_batch_async(
+        self, topic: str, data: pa.Table | pa.RecordBatch | Mapping[str, Any], partition: int | None = None
+    ) -> concurrent.futures.Future[list[BatchMetadata]]:
+        """Like :meth:`send_batch`, but returns at once with a future of its result (it raises the
+        first failed partition's error; the other partitions' rows are stored regardless). Tables
+        sent one after the other reach each partition in that order; while one is acknowledged
+        the next is on its way, as Kafka's producer keeps several requests in flight."""
+        if partition is not None:
+            partition = operator.index(partition)  # numpy integers too
+            if partition < 0:
+                raise InvalidRequest(f"partition must be >= 0, got {partition}")
+        self._flush_records()  # records given to send() before this table go first
+        deadline = time.monotonic() + self.delivery_timeout_s
+        if isinstance(data, Mapping):
+            columns = dict(data)
+            if "value" in columns and isinstance(columns["value"], list | tuple):
+                columns["value"] = self._value_column(topic, columns["value"])
+            data = pa.table(columns)
+        if isinstance(data, pa.RecordBatch):
+            data = pa.Table.from_batches([data])
+        result: concurrent.futures.Future[list[BatchMetadata]] = concurrent.futures.Future()
+
+        def all_done(sends: list[PartitionRows], _parts: np.ndarray | None) -> None:
+            with self._lock:
+                self._batches_in_flight.pop(result, None)
+            errors = [s.error for s in sends if s.error is not None]
+            if errors:  # every other partition was sent; report the first failure
+                result.set_exception(errors[0])
+            else:
+                result.set_result(
+                    [BatchMetadata(topic, s.partition, int(s.offsets.min()), int(s.offsets.max())) for s in sends]
+                )
+
+        with self._lock:
+            self._batches_in_flight[result] = None
+        try:
+            self._dispatch(topic, data, partition, deadline, all_done)
+        except BaseException:
+            with self._lock:
+                self._batches_in_flight.pop(result, None)
+            raise
+        return result
+
+    def _value_column(self, topic: str, values: Sequence[Any]) -> pa.Array:
+        """Python values as the topic's value column: bytes for a plain topic; for a typed topic dicts
+        (checked against the schema) or Avro single-object encoded bytes (decoded)."""
+        schema = self._client.value_schema(topic)
+        if schema is None:
+            return pa.array(values, pa.binary())
+        if all(v is None or isinstance(v, Mapping) for v in values):
+            return schema.from_pylist(values)
+        if all(v is None or isinstance(v, bytes | bytearray | memoryview) for v in values):
+            return decode_avro(pa.array(values, pa.binary()), schema, lookup=self._client.schema_lookup(topic))
+        raise InvalidRecord(f"values of typed topic {topic!r} must be dicts or Avro-encoded bytes, not a mix")
+
+    def _typed(self, topic: str, table: pa.Table) -> tuple[pa.Table, ValueSchema | None]:
+        """A typed topic's table with its value column in the latest schema's type."""
+        schema = self._client.value_schema(topic)
+        if schema is None or "value" not in table.column_names:
+            return table, schema
+        value = table.column("value").combine_chunks()
+        if pa.types.is_binary(value.type) or pa.types.is_large_binary(value.type):
+            value = decode_avro(value.cast(pa.binary()), schema, lookup=self._client.schema_lookup(topic))
+        elif value.type != schema.arrow_type:
+            value = schema.conform(value)
+        i = table.column_names.index("value")
+        return table.set_column(i, pa.field("value", value.type), value), schema
+
+    def _dispatch(
+        self,
+        topic: str,
+        table: pa.Table,
+        explicit: np.ndarray | int | None,
+        deadline: float,
+        on_done: Callable[[list[PartitionRows], np.ndarray], None],
+    ) -> None:
+        """Partition the rows and queue each partition's batches on the sender. ``explicit``: one
+        partition for every row, or a partition per row (-1: choose), or None (choose for all).
+        ``on_done(sends, parts)`` is called once every partition has answered, with each
+        partition's rows (offsets or error), by partition, and the partition of every row."""
+        table, value_schema = self._typed(topic, table)
+        n = self._client.topic(topic).partitions
+        if isinstance(explicit, int):
+            if explicit >= n:
+                raise InvalidRequest(f"topic {topic!r} has {n} partitions; partition {explicit} does not exist")
+            parts = np.full(table.num_rows, explicit, dtype=np.int64)
+            groups = [(explicit, [slice(0, table.num_rows)])] if table.num_rows else []
+        else:
+            keys = table.column("key").combine_chunks() if "key" in table.column_names else None
+            if explicit is None and (keys is None or keys.null_count == len(keys)):
+                groups = self._router.sticky_runs(table.num_rows, n)  # no per-row work at all
+                parts = np.empty(table.num_rows, dtype=np.int64)
+                for p, runs in groups:
+                    for run in runs:
+                        parts[run] = p
+            else:
+                parts = self._router.partition_rows(topic, keys, explicit, table.num_rows, n)
+                groups = rows_by_partition(parts)
+        sends: list[PartitionRows] = []
+        remaining = [len(groups)]
+
+        def one_done(_send: PartitionRows) -> None:  # on the sender's thread only
+            remaining[0] -= 1
+            if not remaining[0]:
+                on_done(sends, parts)
+
+        if not groups:
+            on_done(sends, parts)
+            return
+        queued = []
+        for p, rows in groups:
+            part_table = take_rows(table, rows)
+            send = PartitionRows(p, rows, part_table.num_rows, one_done)
+            batches = wire_batches(topic, send, part_table, value_schema, deadline, self.batch_records)
+            sends.append(send)
+            queued.append((send, batches))
+        for send, batches in queued:  # all converted first: a conversion error leaves nothing queued
+            send.expect(len(batches))
+            self._sender.enqueue(topic, send.partition, batches)
+
+    # ----------------------------------------------------------------- lifecycle
+    def flush(self, timeout: float | None = None) -> None:
+        """Send everything queued by ``send()`` and wait for the acknowledgements (and for those of
+        ``send_batch_async()`` calls)."""
+        with self._lock:
+            batches = list(self._batches_in_flight)
+        self._flush_records(timeout)
+        concurrent.futures.wait(batches, timeout)
+
+    def _flush_records(self, timeout: float | None = None) -> None:
+        with self._lock:
+            waiting = [a.outcome for a in self._pending.values()] + list(self._in_flight)
+            for acc in self._pending.values():
+                acc.since = -1e18  # due now
+        if not waiting:
+            return
+        self._wake.set()
+        for outcome in waiting:
+            outcome.done.wait(timeout)
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self.flush()
+        with self._lock:
+            self._closed = True
+        self._wake.set()
+        self._linger.join()
+        self._sender.close()
+        self._client.close()
+
+    def __enter__(self) -> Producer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _collect(rows: int, sends: list[PartitionRows]) -> tuple[np.ndarray, dict[int, BaseException]]:
+    """The offset of every row (-1 where its partition failed) and each failed partition's error
+    (the other partitions' rows are acknowledged regardless)."""
+    offsets = np.full(rows, -1, dtype=np.int64)
+    errors: dict[int, BaseException] = {}
+    for send in sends:
+        if send.error is not None:
+            errors[send.partition] = send.error
+        else:
+            place(offsets, send.rows, send.offsets)
+    return offsets, errors
