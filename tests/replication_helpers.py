@@ -200,8 +200,10 @@ class AckedWriter(threading.Thread):
         delivery_timeout_s: float = 30.0,
         pause_s: float = 0.0,
         producer: Producer | None = None,
+        keys: int = 11,
     ) -> None:
         super().__init__(name=f"writer-{name}", daemon=True)
+        self.keys = keys  # distinct keys of the send() blocks (they pick the partitions those go to)
         self.topic = topic
         self.partitions = partitions
         self.writer = name
@@ -223,7 +225,7 @@ class AckedWriter(threading.Thread):
         n = 0
         while not self.stop_event.is_set():
             values = [f"{self.writer}-{self._seq + i:07d}".encode() for i in range(self.block)]
-            keys = [f"k{(self._seq + i) % 11}".encode() for i in range(self.block)]
+            keys = [f"k{(self._seq + i) % self.keys}".encode() for i in range(self.block)]
             self._seq += self.block
             self.sent_order += values
             started = time.monotonic()

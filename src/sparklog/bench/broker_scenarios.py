@@ -6,6 +6,7 @@ from __future__ import annotations
 import collections
 import statistics
 import tempfile
+import threading
 import time
 from typing import Any
 
@@ -46,9 +47,13 @@ def _produce_columnar(
         waiting.append(producer.send_batch_async(TOPIC, each))
         if len(waiting) >= in_flight:
             waiting.popleft().result()
+        _THREADS[0] = max(_THREADS[0], threading.active_count())
     for future in waiting:
         future.result()
     return time.perf_counter() - start
+
+
+_THREADS = [0]  # the most threads this process ran while producing (the client's own and ZooKeeper's)
 
 
 def produce(
@@ -67,6 +72,7 @@ def produce(
     the same with ``send_batch`` (one table at a time), then per-record ``send()`` of ``send_records``."""
     batch = pa.record_batch({"value": make_values(batch_records, value_bytes)})
     batches = max(1, records // batch_records)
+    _THREADS[0] = 0
     with tempfile.TemporaryDirectory(prefix="sparklog-bench-") as tmp:
         cluster = _cluster_and_topic(tmp, partitions, replication_factor, brokers)
         try:
@@ -76,8 +82,10 @@ def produce(
                 sync_took = _produce_columnar(producer, batch, batches, partitions)
                 value = b"x" * value_bytes
                 start = time.perf_counter()
-                for _ in range(send_records):
+                for i in range(send_records):
                     producer.send(TOPIC, value)
+                    if not i % 100_000:
+                        _THREADS[0] = max(_THREADS[0], threading.active_count())
                 producer.flush()
                 send_took = time.perf_counter() - start
         finally:
@@ -97,6 +105,7 @@ def produce(
         "sync_records_per_s": round(total / sync_took),
         "send_records": send_records,
         "send_records_per_s": round(send_records / send_took),
+        "threads": _THREADS[0],
     }
 
 

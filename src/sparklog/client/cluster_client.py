@@ -8,7 +8,8 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 import pyarrow.flight as flight
-from kazoo.recipe.watchers import ChildrenWatch, DataWatch
+from kazoo.protocol.states import EventType, WatchedEvent
+from kazoo.recipe.watchers import ChildrenWatch
 
 from sparklog import wire
 from sparklog.coordination.cluster import BrokerInfo, ClusterMetadata, PartitionState, TopicMetadata
@@ -54,6 +55,7 @@ class ClusterClient:
         self._clients: dict[tuple[str, int], flight.FlightClient] = {}  # (location, connection)
         self._lock = threading.Lock()
         self._watched: set[tuple[str, int]] = set()
+        self._state_paths: dict[str, tuple[str, int]] = {}  # a followed state's znode -> its partition
         self._registry: SchemaRegistry | None = None
         self._value_schemas: dict[str, ValueSchema | None] = {}
         ChildrenWatch(self.cluster.zk, self.cluster.layout.broker_ids, self._on_brokers)
@@ -64,21 +66,42 @@ class ClusterClient:
         except Exception:  # the session is closing; the next lookup reads again
             self._brokers = {}
 
-    def _watch_state(self, topic: str, partition: int) -> None:
-        key = (topic, partition)
-        if key in self._watched:
+    def _follow_states(self, topic: str) -> None:
+        """Read the state of every partition of a topic not followed yet, all at once (asynchronous
+        reads: one round of ZooKeeper round trips, not one per partition), each followed from then
+        on by a watch that is set again whenever it fires."""
+        zk = self.cluster.zk
+        reads = []
+        for p in range(self.topic(topic).partitions):
+            key = (topic, p)
+            if key in self._watched:
+                continue
+            path = self.cluster.layout.partition_state(topic, p)
+            self._watched.add(key)
+            self._state_paths[path] = key
+            reads.append((key, zk.get_async(path, watch=self._on_state_event)))
+        for key, result in reads:
+            self._got_state(key, result)
+
+    def _got_state(self, key: tuple[str, int], result: Any) -> None:
+        try:
+            data, _stat = result.get()
+        except Exception:  # gone (a deleted topic) or the session is closing: looked up again when used
+            self._leaders.pop(key, None)
+            self._watched.discard(key)
             return
-        self._watched.add(key)
+        self._leaders[key] = PartitionState.from_json(data).leader
 
-        def on_state(data: bytes | None, _stat: object) -> bool | None:
-            if data is None:
-                self._leaders.pop(key, None)
-                self._watched.discard(key)
-                return False
-            self._leaders[key] = PartitionState.from_json(data).leader
-            return None
-
-        DataWatch(self.cluster.zk, self.cluster.layout.partition_state(topic, partition), on_state)
+    def _on_state_event(self, event: WatchedEvent) -> None:
+        key = self._state_paths.get(event.path) if event.path else None
+        if key is None:
+            return
+        if event.type == EventType.DELETED:
+            self._leaders.pop(key, None)
+            self._watched.discard(key)
+            return
+        result = self.cluster.zk.get_async(event.path, watch=self._on_state_event)
+        result.rawlink(lambda done: self._got_state(key, done))
 
     @property
     def registry(self) -> SchemaRegistry:
@@ -124,10 +147,12 @@ class ClusterClient:
         before the topic is complete)."""
         key = (topic, partition)
         broker_id = None if refresh else self._leaders.get(key)
+        if broker_id is None and not refresh and key not in self._watched:
+            self._follow_states(topic)
+            broker_id = self._leaders.get(key)
         if broker_id is None:
             self.topic(topic)
             broker_id = self._leaders[key] = self.cluster.partition_state(topic, partition).leader
-            self._watch_state(topic, partition)
         info = None if refresh else self._brokers.get(broker_id)
         if info is None:
             self._brokers = self.cluster.brokers()

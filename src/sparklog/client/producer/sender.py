@@ -40,9 +40,10 @@ from sparklog.errors import (
     error_from_code,
 )
 
-MAX_REQUEST_BYTES = 32 << 20
+MAX_REQUEST_BYTES = 8 << 20
+MAX_IN_FLIGHT = 4  # requests on their way to one broker at once (Kafka: max.in.flight.requests.per.connection)
 TopicPartition = tuple[str, int]
-StreamKey = tuple[int, pa.DataType]  # broker id, value type
+StreamKey = tuple[int, pa.DataType, int]  # broker id, value type, which of the broker's streams
 
 
 class Leaders(Protocol):
@@ -68,6 +69,7 @@ class Sender:
         batch_records: int,
         batch_bytes: int,
         max_request_bytes: int = MAX_REQUEST_BYTES,
+        max_in_flight: int = MAX_IN_FLIGHT,
     ) -> None:
         self.leaders = leaders
         self.acks = acks
@@ -77,6 +79,7 @@ class Sender:
         self.batch_records = batch_records
         self.batch_bytes = batch_bytes
         self.max_request_bytes = max_request_bytes
+        self.max_in_flight = max(1, max_in_flight)
         self._queues: dict[TopicPartition, PartitionQueue] = {}
         self._ready: dict[TopicPartition, None] = {}  # batches waiting and not in flight (ordered set)
         self._lock = threading.Lock()  # the queues and the ready set (enqueue runs on callers' threads)
@@ -164,7 +167,7 @@ class Sender:
         next_at = math.inf
         with self._lock:
             ready = [self._queues[tp] for tp in self._ready]
-        by_stream: dict[StreamKey, tuple[BrokerInfo, list[PartitionQueue]]] = {}
+        by_broker: dict[tuple[int, pa.DataType], tuple[BrokerInfo, list[PartitionQueue]]] = {}
         for q in ready:
             if q.retry_at > now:
                 next_at = min(next_at, q.retry_at)
@@ -187,39 +190,46 @@ class Sender:
                         self._fail_queued(q, error)
                 continue
             q.refresh_leader = False
-            key = (broker.broker_id, head.value_type)
-            stream = self._streams.get(key)
-            if stream is not None and stream.busy is not None:
-                continue  # its answer wakes this thread
-            by_stream.setdefault(key, (broker, []))[1].append(q)
-        for key, (broker, queues) in by_stream.items():
-            stream = self._streams.get(key)
-            if stream is None or stream.broker != broker:
-                if stream is not None:
-                    stream.close()
-                client = self.leaders.flight(broker)
-                stream = self._streams[key] = BrokerProduceStream(
-                    client, broker, key[1], self.acks, self._answer_from_stream
-                )
-            with self._lock:
-                batches = self._drain(queues, key[1])
-            if not batches:
-                continue
-            left = min(b.deadline for b in batches) - now
-            request = ProduceRequest(stream, batches, now + max(0.0, min(self.request_timeout_s, left)))
-            self._in_flight[request] = None
-            stream.submit(request)
+            by_broker.setdefault((broker.broker_id, head.value_type), (broker, []))[1].append(q)
+        for (broker_id, value_type), (broker, queues) in by_broker.items():
+            for slot in range(self.max_in_flight):
+                if not queues:
+                    break
+                key = (broker_id, value_type, slot)
+                stream = self._streams.get(key)
+                if stream is not None and stream.busy is not None and stream.broker == broker:
+                    continue  # its answer wakes this thread
+                if stream is None or stream.broker != broker:
+                    if stream is not None:
+                        self._drop_stream(stream, forget=False)
+                    client = self.leaders.flight(broker)
+                    stream = self._streams[key] = BrokerProduceStream(
+                        client, broker, value_type, self.acks, self._answer_from_stream
+                    )
+                with self._lock:
+                    batches, queues = self._drain(queues, value_type)
+                if not batches:
+                    break
+                left = min(b.deadline for b in batches) - now
+                request = ProduceRequest(stream, batches, now + max(0.0, min(self.request_timeout_s, left)))
+                self._in_flight[request] = None
+                stream.submit(request)
         return next_at
 
-    def _drain(self, queues: list[PartitionQueue], value_type: pa.DataType) -> list[ProduceBatch]:
-        """Take the batches of a request from the front of the queues (each queue then in flight)."""
+    def _drain(
+        self, queues: list[PartitionQueue], value_type: pa.DataType
+    ) -> tuple[list[ProduceBatch], list[PartitionQueue]]:
+        """Take the batches of a request from the front of the queues (each queue then in flight),
+        up to ``max_request_bytes``; and the queues left for the next request."""
         batches: list[ProduceBatch] = []
         size = 0
-        for q in queues:
+        for i, q in enumerate(queues):
+            if batches and size >= self.max_request_bytes:
+                return batches, queues[i:]
             taken = 0
             while q.batches:
                 batch = q.batches[0]
-                if batch.value_type != value_type or (batches and size + batch.nbytes > self.max_request_bytes):
+                if batch.value_type != value_type or (taken and size + batch.nbytes > self.max_request_bytes):
                     break
                 q.batches.popleft()
                 while q.batches and batch.can_join(q.batches[0], self.batch_records, self.batch_bytes):
@@ -232,9 +242,7 @@ class Sender:
             if taken:
                 q.in_flight = True
                 self._ready.pop((q.topic, q.partition), None)
-            if size >= self.max_request_bytes:
-                break
-        return batches
+        return batches, []
 
     def _time_out_requests(self, now: float) -> None:
         for request in [r for r in self._in_flight if r.deadline <= now]:
