@@ -28,7 +28,7 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from sparklog.bench import kafka_peer
+from sparklog.bench import idle, kafka_peer
 
 # Figures compared, and which way is better. Everything else in a result is the workload.
 HIGHER_IS_BETTER = (
@@ -38,7 +38,7 @@ HIGHER_IS_BETTER = (
     "python_client_records_per_s",
     "mb_per_s",
 )
-LOWER_IS_BETTER = ("p50_ms", "p99_ms", "max_ms", "failover_s")
+LOWER_IS_BETTER = ("p50_ms", "p99_ms", "max_ms", "failover_s", "idle_cpu_s")
 FIGURES = HIGHER_IS_BETTER + LOWER_IS_BETTER
 
 DEFAULTS: dict[str, dict[str, Any]] = {
@@ -48,6 +48,7 @@ DEFAULTS: dict[str, dict[str, Any]] = {
     "latency": {"rate": 10_000, "seconds": 5.0},
     "spark-read": {"records": 2_000_000},
     "spark-write": {"records": 2_000_000},
+    "idle": {"partitions": 1000, "replication_factor": 3, "brokers": 3, "seconds": 20.0},
 }
 
 
@@ -99,6 +100,7 @@ SIDES: dict[str, tuple[Callable[..., dict[str, Any]], Callable[..., dict[str, An
     "latency": (sparklog_latency, kafka_peer.kafka_latency),
     "spark-read": (sparklog_spark_read, kafka_peer.kafka_spark_read),
     "spark-write": (sparklog_spark_write, kafka_peer.kafka_spark_write),
+    "idle": (idle.run, idle.kafka_run),
 }
 SCENARIOS = tuple(SIDES)
 

@@ -1,7 +1,8 @@
 """``sparklog bench idle``: what a cluster costs doing nothing. Brokers with a replicated topic of
 ``partitions`` partitions, nothing produced; once every broker opened its replicas and after a
 settling pause, the brokers' CPU time over ``seconds`` (``idle_cpu_s``, summed over the brokers,
-from /proc) and the most threads any broker has."""
+from /proc) and the most threads any broker has. ``--against kafka`` measures a KRaft cluster of
+as many Kafka nodes the same way (:func:`kafka_run`)."""
 
 from __future__ import annotations
 
@@ -19,13 +20,13 @@ TOPIC = "idle"
 SETTLE_S = 5.0
 
 
-def _cpu_s(pid: int) -> float:
+def cpu_seconds(pid: int) -> float:
     """User + system CPU seconds of a process so far."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def _threads(pid: int) -> int:
+def thread_count(pid: int) -> int:
     return len(os.listdir(f"/proc/{pid}/task"))
 
 
@@ -55,13 +56,8 @@ def run(
                     raise RuntimeError("the brokers did not open their replicas within 600 s")
                 time.sleep(1)
             ready_s = time.monotonic() - started
-            time.sleep(SETTLE_S)
             pids = [b.process.pid for b in cluster.brokers.values() if b.process is not None]
-            before = [_cpu_s(pid) for pid in pids]
-            threads = max(_threads(pid) for pid in pids)
-            time.sleep(seconds)
-            after = [_cpu_s(pid) for pid in pids]
-            threads = max(threads, *(_threads(pid) for pid in pids))
+            idle_cpu_s, threads = measure_idle(pids, seconds)
         finally:
             cluster.stop()
     return {
@@ -70,8 +66,51 @@ def run(
         "brokers": len(pids),
         "replication_factor": replication_factor,
         "seconds": seconds,
-        "idle_cpu_s": round(sum(a - b for a, b in zip(after, before, strict=True)), 2),
+        "idle_cpu_s": idle_cpu_s,
         "threads": threads,
         "replicas_open_s": round(ready_s, 1),  # from the topic's creation until every broker took its replicas
+        "load_average": os.getloadavg()[0],
+    }
+
+
+def measure_idle(pids: list[int], seconds: float) -> tuple[float, int]:
+    """After ``SETTLE_S``: the processes' CPU seconds summed over ``seconds``, and the most threads
+    any of them had."""
+    time.sleep(SETTLE_S)
+    before = [cpu_seconds(pid) for pid in pids]
+    threads = max(thread_count(pid) for pid in pids)
+    time.sleep(seconds)
+    after = [cpu_seconds(pid) for pid in pids]
+    threads = max(threads, *(thread_count(pid) for pid in pids))
+    return round(sum(a - b for a, b in zip(after, before, strict=True)), 2), threads
+
+
+def kafka_run(
+    partitions: int = 1000, brokers: int = 3, replication_factor: int = 3, seconds: float = 20.0, **_: Any
+) -> dict[str, Any]:
+    """The same measure of Apache Kafka: KRaft nodes (broker and controller each), the topic
+    created with ``kafka-topics`` (which returns once the controller has elected every leader)."""
+    from sparklog.bench.kafka_peer import KafkaCluster
+
+    nodes = max(brokers, replication_factor)
+    with tempfile.TemporaryDirectory(prefix="sparklog-bench-idle-kafka-") as tmp:
+        kafka = KafkaCluster(brokers=nodes, data_dir=tmp).start()
+        try:
+            started = time.monotonic()
+            kafka.create_topic(TOPIC, partitions, replication_factor)
+            ready_s = time.monotonic() - started
+            pids = [process.pid for process in kafka.processes.values()]
+            idle_cpu_s, threads = measure_idle(pids, seconds)
+        finally:
+            kafka.stop()
+    return {
+        "scenario": "idle",
+        "partitions": partitions,
+        "brokers": nodes,
+        "replication_factor": replication_factor,
+        "seconds": seconds,
+        "idle_cpu_s": idle_cpu_s,
+        "threads": threads,
+        "replicas_open_s": round(ready_s, 1),
         "load_average": os.getloadavg()[0],
     }
