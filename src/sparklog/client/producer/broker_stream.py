@@ -34,7 +34,7 @@ class ProduceRequest:
 
     __slots__ = ("batches", "deadline", "stream")
 
-    def __init__(self, stream: BrokerProduceStream, batches: list[ProduceBatch], deadline: float) -> None:
+    def __init__(self, stream: Any, batches: list[ProduceBatch], deadline: float) -> None:
         self.stream = stream
         self.batches = batches
         self.deadline = deadline

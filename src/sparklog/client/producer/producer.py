@@ -22,11 +22,13 @@ import numpy as np
 import pyarrow as pa
 
 from sparklog.client.cluster_client import DEFAULT_ZOOKEEPER, ClusterClient
+from sparklog.client.producer.broker_stream import BrokerProduceStream
 from sparklog.client.producer.futures import BatchMetadata, GroupOutcome, ProduceFuture
 from sparklog.client.producer.produce_batch import PartitionRows, wire_batches
 from sparklog.client.producer.record_accumulator import TopicRecords
 from sparklog.client.producer.row_routing import RowRouter, place, rows_by_partition, take_rows
 from sparklog.client.producer.sender import Sender
+from sparklog.coordination.cluster import BrokerInfo
 from sparklog.errors import InvalidRecord, InvalidRequest
 from sparklog.records import HEADER_TYPE, wire_batch_of_rows
 from sparklog.schemas.codec import decode_avro
@@ -74,8 +76,13 @@ class Producer:
         self.request_timeout_s = request_timeout_s
         self._client = ClusterClient(zookeeper, retries=retries, retry_timeout_s=delivery_timeout_s)
         self._router = RowRouter(batch_records)
+        client = self._client
+
+        def open_stream(broker: BrokerInfo, value_type: pa.DataType, answers: Any) -> BrokerProduceStream:
+            return BrokerProduceStream(client.flight(broker), broker, value_type, acks, answers)
+
         self._sender = Sender(
-            self._client, acks, request_timeout_s, delivery_timeout_s, retries, batch_records, batch_bytes
+            client, open_stream, acks, request_timeout_s, delivery_timeout_s, retries, batch_records, batch_bytes
         )
         self._in_flight: set[GroupOutcome] = set()  # groups taken by the linger thread, not yet acknowledged
         self._batches_in_flight: dict[concurrent.futures.Future[list[BatchMetadata]], None] = {}  # send_batch_async

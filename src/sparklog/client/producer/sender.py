@@ -21,13 +21,12 @@ import math
 import queue
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Protocol
 
 import pyarrow as pa
-import pyarrow.flight as flight
 
-from sparklog.client.producer.broker_stream import BrokerProduceStream, Outcome, ProduceRequest
+from sparklog.client.producer.broker_stream import Outcome, ProduceRequest
 from sparklog.client.producer.partition_queue import PartitionQueue
 from sparklog.client.producer.produce_batch import ProduceBatch
 from sparklog.coordination.cluster import BrokerInfo
@@ -51,9 +50,25 @@ class Leaders(Protocol):
 
     def leader(self, topic: str, partition: int, refresh: bool = False) -> BrokerInfo: ...
 
-    def flight(self, broker: BrokerInfo, connection: int = 0) -> flight.FlightClient: ...
-
     def forget(self, broker: BrokerInfo) -> None: ...
+
+
+class ProduceStream(Protocol):
+    """An open stream to a broker that answers one request at a time (:class:`BrokerProduceStream`,
+    or a fake in tests)."""
+
+    broker: BrokerInfo
+    busy: ProduceRequest | None
+
+    def submit(self, request: ProduceRequest) -> None: ...
+
+    def close(self) -> None: ...
+
+    def join(self, wait_s: float) -> None: ...
+
+
+# (broker, value type, where answers go) -> a new stream
+OpenStream = Callable[[BrokerInfo, pa.DataType, Callable[[ProduceRequest, Outcome], None]], ProduceStream]
 
 
 class Sender:
@@ -62,6 +77,7 @@ class Sender:
     def __init__(
         self,
         leaders: Leaders,
+        open_stream: OpenStream,
         acks: str,
         request_timeout_s: float,
         delivery_timeout_s: float,
@@ -72,6 +88,7 @@ class Sender:
         max_in_flight: int = MAX_IN_FLIGHT,
     ) -> None:
         self.leaders = leaders
+        self.open_stream = open_stream
         self.acks = acks
         self.request_timeout_s = request_timeout_s
         self.delivery_timeout_s = delivery_timeout_s
@@ -85,7 +102,7 @@ class Sender:
         self._lock = threading.Lock()  # the queues and the ready set (enqueue runs on callers' threads)
         self._wake = threading.Event()
         self._answers: queue.SimpleQueue[tuple[ProduceRequest, Outcome]] = queue.SimpleQueue()
-        self._streams: dict[StreamKey, BrokerProduceStream] = {}
+        self._streams: dict[StreamKey, ProduceStream] = {}
         self._in_flight: dict[ProduceRequest, None] = {}
         # outcomes decided under the lock, resolved after it is released (a future's callback may
         # send again, which takes the lock)
@@ -163,7 +180,7 @@ class Sender:
 
     def _send_ready(self, now: float) -> float:
         """Send a request to every broker with a free stream and partitions ready for it; the next
-        time a partition waiting out its backoff is due."""
+        time something is due (a partition's backoff is over, a waiting batch's delivery timeout)."""
         next_at = math.inf
         with self._lock:
             ready = [self._queues[tp] for tp in self._ready]
@@ -178,6 +195,7 @@ class Sender:
                 if head is None:
                     self._ready.pop((q.topic, q.partition), None)
                     continue
+            next_at = min(next_at, head.deadline)  # if it is still waiting then, it fails
             try:
                 broker = self.leaders.leader(q.topic, q.partition, refresh=q.refresh_leader)
             except Exception as exc:  # no leader now (retried), or no such topic (failed)
@@ -202,10 +220,7 @@ class Sender:
                 if stream is None or stream.broker != broker:
                     if stream is not None:
                         self._drop_stream(stream, forget=False)
-                    client = self.leaders.flight(broker)
-                    stream = self._streams[key] = BrokerProduceStream(
-                        client, broker, value_type, self.acks, self._answer_from_stream
-                    )
+                    stream = self._streams[key] = self.open_stream(broker, value_type, self._answer_from_stream)
                 with self._lock:
                     batches, queues = self._drain(queues, value_type)
                 if not batches:
@@ -326,7 +341,7 @@ class Sender:
         q.new_producer_id()
         self._ready.pop((q.topic, q.partition), None)
 
-    def _drop_stream(self, stream: BrokerProduceStream, forget: bool) -> None:
+    def _drop_stream(self, stream: ProduceStream, forget: bool) -> None:
         for key, open_stream in list(self._streams.items()):
             if open_stream is stream:
                 del self._streams[key]
