@@ -272,6 +272,8 @@ class Consumer:
                 if out or time.monotonic() >= deadline:
                     return out
                 continue
+            if delivery is _WAKEUP:
+                return out
             if batch is not None:
                 delivery.session.taken(batch)
             tp = delivery.tp
@@ -297,6 +299,11 @@ class Consumer:
                     batch = self._as_avro(tp[0], batch)
                 out.append(batch)
                 self._positions[tp] = batch.column(OFFSET)[-1].as_py() + 1
+
+    def wakeup(self) -> None:
+        """Make a waiting ``poll_batches`` (or the next one) return at once with what it has
+        (Kafka's ``wakeup()``); safe to call from another thread or a signal handler."""
+        self._results.put((_WAKEUP, None))  # SimpleQueue.put is reentrant
 
     def _close_sessions(self) -> list[FetchSession]:
         """End every open fetch (what they read is dropped); partitions wait for new ones."""
@@ -413,6 +420,9 @@ class Consumer:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+_WAKEUP: Any = object()  # queued by wakeup()
 
 
 class _PartitionColumns:
