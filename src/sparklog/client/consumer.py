@@ -32,6 +32,7 @@ OFFSET = 2  # the offset column of a polled batch (after topic and partition)
 RESETS = ("earliest", "latest", "none")
 RETRY_BACKOFF_S = (0.05, 0.25)  # first and longest wait before a refused partition is fetched again
 REFRESH_EVERY = 8  # a partition refused this many times in a row re-reads its leader from ZooKeeper
+REFUSALS_APART_S = 5.0  # refusals further apart (plus max_wait_ms) are new trouble: retry_timeout_s starts again
 
 
 class Record(NamedTuple):
@@ -102,7 +103,7 @@ class Consumer:
         self._session_of: dict[TopicPartition, FetchSession] = {}  # where each assigned partition is fetched
         self._generation: dict[TopicPartition, int] = {}  # bumped by a seek: what was read before is dropped
         self._unrouted: dict[TopicPartition, float] = {}  # partitions to give a session, and from when
-        self._refused: dict[TopicPartition, tuple[float, int]] = {}  # (first refusal, refusals) while retried
+        self._refused: dict[TopicPartition, tuple[float, int, float]] = {}  # (first, count, last) refusals
         self._results: Results = queue.SimpleQueue()
         self._failed: BaseException | None = None  # a fetch's error, raised by the next poll
         self._partitioner: SetPartitioner | None = None
@@ -195,7 +196,7 @@ class Consumer:
             if due > now:
                 continue
             del self._unrouted[tp]
-            refusals = self._refused.get(tp, (now, 0))[1]
+            refusals = self._refused.get(tp, (now, 0, now))[1]
             try:
                 broker = self._client.leader(*tp, refresh=refusals > 0 and refusals % REFRESH_EVERY == 0)
             except SparklogError as exc:
@@ -227,14 +228,16 @@ class Consumer:
         """A partition's fetch failed: retried after a backoff if the error is retriable and
         ``retry_timeout_s`` has not passed since it first failed, else raised."""
         now = time.monotonic()
-        since, refusals = self._refused.get(tp, (now, 0))
+        since, refusals, last = self._refused.get(tp, (now, 0, now))
+        if now - last > self.max_wait_ms / 1000 + REFUSALS_APART_S:
+            since, refusals = now, 0  # served in between (a refused partition is refused again at once)
         if not isinstance(error, SparklogError) or not error.retriable or now - since > self._client.retry_timeout_s:
             self._refused.pop(tp, None)
             self._unrouted[tp] = now  # fetched again if the caller goes on polling
             raise error
         if isinstance(error, BrokerNotAvailable) and session is not None:
             self._client.forget(session.broker)  # the next session connects anew
-        self._refused[tp] = (since, refusals + 1)
+        self._refused[tp] = (since, refusals + 1, now)
         self._unrouted[tp] = now + min(RETRY_BACKOFF_S[0] * 2**refusals, RETRY_BACKOFF_S[1])
 
     def poll_batches(self, timeout: float = 1.0) -> list[pa.RecordBatch]:
