@@ -172,13 +172,16 @@ class Restorer:
 
     def columns(self, batch: pa.RecordBatch, app_metadata: Any, elided: Elided) -> list[pa.Array]:
         """The columns of ``batch`` with the ``elided`` ones (from :meth:`layout` of its schema)
-        rebuilt: for a stream, whose schema is fixed, the layout is looked up once."""
+        rebuilt: for a stream, whose schema is fixed, the layout is looked up once.
+        ``app_metadata``: the message's, as received or already decoded (a dict)."""
         columns = list(batch.columns)
         if not elided:
             return columns
         n = batch.num_rows
         told: dict[str, Any] = {}
-        if app_metadata is not None and app_metadata.size:
+        if isinstance(app_metadata, dict):
+            told = app_metadata
+        elif app_metadata is not None and app_metadata.size:
             told = wire.decode(app_metadata.to_pybytes())
         for i, name in elided:
             if name == "offset":

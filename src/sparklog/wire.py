@@ -25,6 +25,8 @@
   cannot rebuild (each message then has ``"base"``, its first offset: :mod:`sparklog.fetch_columns`).
   A consumer's ``"follow": true`` keeps the stream open after its first response: later appends
   follow on it until nothing new comes for ``max_wait_ms`` (:mod:`sparklog.broker.fetch_follower`).
+  ``{"type": "fetch_many", "topic", "partitions": [{"p", "o"}, ...], ...}`` fetches many partitions
+  of one topic on one stream that stays open (:mod:`sparklog.multi_fetch`).
 - **Actions** (``do_action``, JSON body, JSON result): ``list_offsets`` ``{"topic", "partition",
   "timestamp"?}`` -> ``{"log_start_offset", "log_end_offset", "high_watermark", "leader_epoch",
   "offset_for_time"}``; ``offsets_for_leader_epoch`` ``{"topic", "partition", "epoch"}`` ->

@@ -128,6 +128,7 @@ def consume(
     batches = max(1, records // batch_records)
     total = batches * batch_records
     times = []
+    threads = fetch_threads = 0
     with tempfile.TemporaryDirectory(prefix="sparklog-bench-") as tmp:
         cluster = _cluster_and_topic(tmp, partitions, 1, 1)
         try:
@@ -142,6 +143,8 @@ def consume(
                     while seen < total:
                         seen += sum(b.num_rows for b in consumer.poll_batches(timeout=5.0))
                     times.append(time.perf_counter() - start)
+                    threads = max(threads, _process_threads())
+                    fetch_threads = max(fetch_threads, _fetch_threads())
                     if seen != total:
                         raise AssertionError(f"consumed {seen} records, produced {total}")
         finally:
@@ -154,7 +157,23 @@ def consume(
         "partitions": partitions,
         "records_per_s": round(total / took),
         "mb_per_s": round(total * value_bytes / took / 1e6, 1),
+        "threads": threads,
+        "fetch_threads": fetch_threads,
     }
+
+
+def _process_threads() -> int:
+    """Threads of this process (the client: Python's and gRPC's), from /proc."""
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith("Threads:"):
+                return int(line.split()[1])
+    return threading.active_count()
+
+
+def _fetch_threads() -> int:
+    """The consumer's fetch threads (``sparklog.client.fetch_session``)."""
+    return sum(1 for t in threading.enumerate() if t.name.startswith("sparklog-fetch-"))
 
 
 def _latency_consumer(zookeeper: str, total: int, ready: Any, results: Any) -> None:

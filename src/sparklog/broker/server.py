@@ -14,7 +14,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import logging
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -22,8 +22,11 @@ import pyarrow.flight as flight
 
 from sparklog import fetch_columns, wire
 from sparklog.broker.call_limits import DEFAULT_MAX_CALLS_PER_IP, MIDDLEWARE_KEY, CallLimits, admit
+from sparklog.broker.consumer_messages import _coalesced as _coalesced  # tests use it from here
+from sparklog.broker.consumer_messages import consumer_messages
 from sparklog.broker.fetch_follower import FetchFollower, next_offset
 from sparklog.broker.log.batch_codec import BatchHeader
+from sparklog.broker.multi_fetch_server import MultiFetchResponse
 from sparklog.broker.produce_request import ProduceRequestStream, append_produced, record_batches
 from sparklog.broker.record_copy import copy_records
 from sparklog.broker.replication.fetch_request import ENVELOPE, REPLICA_FETCH
@@ -36,6 +39,7 @@ from sparklog.errors import (
     SparklogError,
     UnknownServerError,
 )
+from sparklog.multi_fetch import FETCH_MANY
 from sparklog.names import check_topic_name
 
 if TYPE_CHECKING:
@@ -46,7 +50,6 @@ log = logging.getLogger(__name__)
 
 MAX_FETCH_BYTES = 64 << 20
 MAX_WAIT_MS = 30_000
-COALESCE_BYTES = 1 << 20  # a consumer's small batches go out joined, up to this size per message
 
 
 def _int(request: dict[str, Any], name: str, default: int | None = None) -> int:
@@ -62,24 +65,6 @@ def _int(request: dict[str, Any], name: str, default: int | None = None) -> int:
 def _topic(request: dict[str, Any]) -> str:
     """The request's topic, checked against the naming rule before it is used as a path anywhere."""
     return check_topic_name(request.get("topic"))
-
-
-def _coalesced(batches: Iterable[pa.RecordBatch], limit: int = COALESCE_BYTES) -> Iterator[pa.RecordBatch]:
-    """Consecutive batches of one schema joined into batches of up to ``limit`` bytes: a Flight
-    message (and the consumer's work per batch) costs about the same for 100 records as for
-    10,000, so small stored batches (records sent one by one, a projection of a few columns) are
-    sent together. Batches of ``limit`` or more go out as they are (no copy)."""
-    pending: list[pa.RecordBatch] = []
-    size = 0
-    for batch in batches:
-        nbytes = batch.get_total_buffer_size()  # ``nbytes`` costs ~20 us a batch; slices are rare here
-        if pending and (size + nbytes > limit or not batch.schema.equals(pending[0].schema)):
-            yield pending[0] if len(pending) == 1 else pa.concat_batches(pending)
-            pending, size = [], 0
-        pending.append(batch)
-        size += nbytes
-    if pending:
-        yield pending[0] if len(pending) == 1 else pa.concat_batches(pending)
 
 
 @contextlib.contextmanager
@@ -185,6 +170,8 @@ class BrokerServer(flight.FlightServerBase):
             request = _parse(ticket.ticket)
             if request.get("type") == REPLICA_FETCH:
                 return self._replica_fetch(request, context)
+            if request.get("type") == FETCH_MANY:
+                return self._multi_fetch(request, context)
             topic, p = _topic(request), _int(request, "partition")
             offset = _int(request, "offset")
             max_bytes = min(max(_int(request, "max_bytes", 8 << 20), 1), MAX_FETCH_BYTES)
@@ -244,6 +231,18 @@ class BrokerServer(flight.FlightServerBase):
         )
         return flight.GeneratorStream(ENVELOPE, _guarded("a replica fetch", response.messages(request)))
 
+    def _multi_fetch(self, request: dict[str, Any], context: flight.ServerCallContext) -> flight.FlightDataStream:
+        """A consumer's fetch of many partitions of one topic, one stream (``sparklog.multi_fetch``)."""
+        response = MultiFetchResponse(
+            self.broker.leader_partition,
+            self.broker.changes,
+            self.broker.value_schemas.get,
+            lambda: self.stopping,
+            context.is_cancelled,
+        )
+        schema, messages = response.open(request)
+        return flight.GeneratorStream(schema, _guarded("a multi-partition fetch", messages))
+
     @staticmethod
     def _fetch_stream(
         partition: Partition,
@@ -268,11 +267,7 @@ class BrokerServer(flight.FlightServerBase):
             return
         while True:
             shared = pa.py_buffer(wire.encode(positions))  # unless a message needs more, all carry the same
-            if convert is None and plan.elision == fetch_columns.NOTHING:
-                sent = _coalesced(b for b, _ in stored)  # as stored
-            else:  # one new batch per stored batch, whatever changes
-                sent = _coalesced(plan.elide(convert.columns(b) if convert else b.columns, schema) for b, _ in stored)
-            for batch, extra in plan.messages(sent, [b.num_rows for b, _ in stored]):
+            for batch, extra in consumer_messages(stored, schema, convert, plan):
                 yield batch, pa.py_buffer(wire.encode({**positions, **extra})) if extra else shared
             if follower is None or (more := follower.next_response(next_offset(stored))) is None:
                 return

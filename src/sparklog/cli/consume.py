@@ -163,11 +163,13 @@ def run_consume(args: argparse.Namespace) -> int:
         # loop runs (joining a group may wait), interrupts at once.
         if printer.looping and not printer.stop_requested:
             printer.stop_requested = True
+            if consumer is not None:
+                consumer.wakeup()  # a poll waiting for records returns now
             return
         raise _Stop
 
+    consumer: Consumer | None = None
     previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
-    consumer = None
     try:
         consumer = Consumer(
             args.topic,

@@ -16,19 +16,23 @@ from typing import Any, NamedTuple
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.flight as flight
 from kazoo.recipe.partitioner import SetPartitioner
 
-from sparklog import fetch_columns, wire
+from sparklog import fetch_columns
 from sparklog.client.cluster_client import DEFAULT_ZOOKEEPER, ClusterClient, fetch_connection
-from sparklog.client.fetch_stream import FetchStream
-from sparklog.errors import InvalidRequest, OffsetOutOfRange
+from sparklog.client.fetch_session import FetchSession, Results
+from sparklog.errors import BrokerNotAvailable, InvalidRequest, OffsetOutOfRange, SparklogError
+from sparklog.multi_fetch import MultiFetchRequest
 from sparklog.schemas.codec import encode_avro
 from sparklog.schemas.projection import parse_fields
 
 TopicPartition = tuple[str, int]
+SessionKey = tuple[int, str, int]  # (broker id, topic, connection)
 OFFSET = 2  # the offset column of a polled batch (after topic and partition)
 RESETS = ("earliest", "latest", "none")
+RETRY_BACKOFF_S = (0.05, 0.25)  # first and longest wait before a refused partition is fetched again
+REFRESH_EVERY = 8  # a partition refused this many times in a row re-reads its leader from ZooKeeper
+REFUSALS_APART_S = 5.0  # refusals further apart (plus max_wait_ms) are new trouble: retry_timeout_s starts again
 
 
 class Record(NamedTuple):
@@ -53,10 +57,12 @@ class Consumer:
     A fetch that fails with a retriable error (leader moved, broker down) is retried for up to
     ``retry_timeout_s``.
 
-    Each assigned partition has one fetch open at its leader, which sends new records as they are
-    appended (:mod:`sparklog.client.fetch_stream`); ``max_bytes`` bounds both one response and how
-    far a partition is read ahead of ``poll_batches``; ``max_wait_ms`` is how long an open fetch
-    waits for new records before it is renewed.
+    The assigned partitions that one broker leads are fetched together, on one open stream per
+    topic and connection to that broker (:mod:`sparklog.client.fetch_session`, one thread each:
+    at most ``FETCH_CONNECTIONS`` per broker and topic, whatever the partition count), which
+    sends new records as they are appended; ``max_bytes`` bounds what one partition puts in one
+    response and how far a stream is read ahead of ``poll_batches``; ``max_wait_ms`` is how long
+    an open fetch waits for new records before it is renewed.
     """
 
     def __init__(
@@ -93,8 +99,12 @@ class Consumer:
         self._assigned: list[TopicPartition] = []
         self._partition_columns = _PartitionColumns()
         self._restorer = fetch_columns.Restorer()
-        self._fetches: dict[TopicPartition, FetchStream] = {}  # each assigned partition's open fetch
-        self._results: queue.SimpleQueue[tuple[FetchStream, pa.RecordBatch | None]] = queue.SimpleQueue()
+        self._sessions: dict[SessionKey, FetchSession] = {}  # the open fetches, per broker, topic, connection
+        self._session_of: dict[TopicPartition, FetchSession] = {}  # where each assigned partition is fetched
+        self._generation: dict[TopicPartition, int] = {}  # bumped by a seek: what was read before is dropped
+        self._unrouted: dict[TopicPartition, float] = {}  # partitions to give a session, and from when
+        self._refused: dict[TopicPartition, tuple[float, int, float]] = {}  # (first, count, last) refusals
+        self._results: Results = queue.SimpleQueue()
         self._failed: BaseException | None = None  # a fetch's error, raised by the next poll
         self._partitioner: SetPartitioner | None = None
         all_partitions = [
@@ -124,7 +134,7 @@ class Consumer:
             raise InvalidRequest(f"lost membership of group {self.group!r}")
         if part.release:
             self._assigned, self._positions = [], {}
-            self._cancel_fetches()
+            self._close_sessions()
             part.release_set()
         if part.allocating:
             if not wait and not self._assigned:
@@ -141,11 +151,14 @@ class Consumer:
     def _assign(self, partitions: list[TopicPartition]) -> None:
         self._assigned = sorted(partitions)
         committed = self._client.cluster.committed_offsets(self.group) if self.group else {}
+        now = time.monotonic()
         for tp in self._assigned:
             if tp in committed:
                 self._positions[tp] = committed[tp]
             else:
                 self._positions[tp] = self._reset_position(tp)
+            self._generation[tp] = self._generation.get(tp, 0) + 1
+            self._unrouted[tp] = now
 
     def _reset_position(self, tp: TopicPartition) -> int:
         if self.auto_offset_reset == "none":
@@ -159,43 +172,82 @@ class Consumer:
         return list(self._assigned)
 
     # ----------------------------------------------------------------- fetching
-    def _ticket(self, topic: str, partition: int, offset: int) -> flight.Ticket:
-        return flight.Ticket(
-            wire.encode(
-                {
-                    "topic": topic,
-                    "partition": partition,
-                    "offset": offset,
-                    "max_bytes": self.max_bytes,
-                    "max_wait_ms": self.max_wait_ms,
-                    "compact": True,  # columns with nothing in them travel empty (sparklog.fetch_columns)
-                    "follow": True,  # the stream stays open for later records (broker.fetch_follower)
-                    **({"fields": self.fields} if self.fields else {}),
-                }
-            )
+    def _request(self) -> MultiFetchRequest:
+        """The settings of every fetch (a session fills in its partitions)."""
+        return MultiFetchRequest(
+            topic="",
+            positions={},
+            max_bytes=self.max_bytes,
+            max_response_bytes=self.max_bytes,
+            max_wait_ms=self.max_wait_ms,
+            compact=True,  # columns with nothing in them travel empty (sparklog.fetch_columns)
+            fields=self.fields,
         )
 
-    def _open_fetch(self, tp: TopicPartition) -> FetchStream:
-        topic, partition = tp
-        return FetchStream(
-            tp,
-            self._positions[tp],
-            lambda offset: self._ticket(topic, partition, offset),
-            self._restorer,
-            self._partition_columns,
-            lambda request: self._client.call_leader(topic, partition, request, connection=fetch_connection(partition)),
-            self._results,
-            self.max_bytes,
-        )
+    def _route(self) -> float | None:
+        """Give the partitions waiting for a fetch (new, moved, refused) to the session of their
+        leader; returns when the next one waiting is due (None: none waits)."""
+        if not self._unrouted:
+            return None
+        now = time.monotonic()
+        groups: dict[SessionKey, dict[int, tuple[int, int]]] = {}
+        brokers = {}
+        for tp, due in list(self._unrouted.items()):
+            if due > now:
+                continue
+            del self._unrouted[tp]
+            refusals = self._refused.get(tp, (now, 0, now))[1]
+            try:
+                broker = self._client.leader(*tp, refresh=refusals > 0 and refusals % REFRESH_EVERY == 0)
+            except SparklogError as exc:
+                self._refuse(tp, exc)
+                continue
+            key = (broker.broker_id, tp[0], fetch_connection(tp[1]))
+            brokers[key] = broker
+            groups.setdefault(key, {})[tp[1]] = (self._positions[tp], self._generation[tp])
+        for key, entries in groups.items():
+            session = self._sessions.get(key)
+            if session is None or not session.update(entries):
+                broker = brokers[key]
+                session = self._sessions[key] = FetchSession(
+                    key[1],
+                    broker,
+                    self._client.flight(broker, key[2]),
+                    entries,
+                    self._request(),
+                    self._restorer,
+                    self._partition_columns,
+                    self._results,
+                    self.max_bytes,
+                )
+            for p in entries:
+                self._session_of[(key[1], p)] = session
+        return min(self._unrouted.values(), default=None)
+
+    def _refuse(self, tp: TopicPartition, error: BaseException, session: FetchSession | None = None) -> None:
+        """A partition's fetch failed: retried after a backoff if the error is retriable and
+        ``retry_timeout_s`` has not passed since it first failed, else raised."""
+        now = time.monotonic()
+        since, refusals, last = self._refused.get(tp, (now, 0, now))
+        if now - last > self.max_wait_ms / 1000 + REFUSALS_APART_S:
+            since, refusals = now, 0  # served in between (a refused partition is refused again at once)
+        if not isinstance(error, SparklogError) or not error.retriable or now - since > self._client.retry_timeout_s:
+            self._refused.pop(tp, None)
+            self._unrouted[tp] = now  # fetched again if the caller goes on polling
+            raise error
+        if isinstance(error, BrokerNotAvailable) and session is not None:
+            self._client.forget(session.broker)  # the next session connects anew
+        self._refused[tp] = (since, refusals + 1, now)
+        self._unrouted[tp] = now + min(RETRY_BACKOFF_S[0] * 2**refusals, RETRY_BACKOFF_S[1])
 
     def poll_batches(self, timeout: float = 1.0) -> list[pa.RecordBatch]:
         """Record batches from the current positions (columns ``topic``, ``partition``, ``offset``,
         ``timestamp``, ``key``, ``value``, ``headers``), waiting up to ``timeout`` s for new data;
         positions move past what is returned.
 
-        Every assigned partition always has a fetch open at its leader (a stream that the broker
-        keeps sending new records on), read ahead on its own thread by up to ``max_bytes``, so new
-        records are returned as soon as any partition has them.
+        The assigned partitions always have fetches open at their leaders (streams the brokers
+        keep sending new records on), read ahead on their own threads by up to ``max_bytes``, so
+        new records are returned as soon as any partition has them.
         """
         self._follow_group()
         if self._failed is not None:
@@ -204,41 +256,66 @@ class Consumer:
         deadline = time.monotonic() + timeout
         out: list[pa.RecordBatch] = []
         while True:
-            for tp in self._assigned:
-                if tp not in self._fetches:
-                    self._fetches[tp] = self._open_fetch(tp)
-            remaining = deadline - time.monotonic()
-            try:  # wait for the first batch only; then take what is there
+            try:
+                due = self._route()
+            except SparklogError as exc:
+                if out:
+                    self._failed = exc
+                    return out
+                raise
+            now = time.monotonic()
+            remaining = deadline - now
+            try:  # wait for the first batch only (or until a refused partition is due); then take what is there
                 if remaining > 0 and not out:
-                    fetch, batch = self._results.get(timeout=remaining)
+                    wait = remaining if due is None else max(min(remaining, due - now), 0.001)
+                    delivery, batch = self._results.get(timeout=wait)
                 else:
-                    fetch, batch = self._results.get_nowait()
+                    delivery, batch = self._results.get_nowait()
             except queue.Empty:
+                if out or time.monotonic() >= deadline:
+                    return out
+                continue
+            if delivery is _WAKEUP:
                 return out
             if batch is not None:
-                fetch.taken(batch)
-            if self._fetches.get(fetch.tp) is not fetch:
+                delivery.session.taken(batch)
+            tp = delivery.tp
+            if self._session_of.get(tp) is not delivery.session or self._generation.get(tp) != delivery.generation:
                 continue  # a seek or reassignment replaced this fetch: drop what it read
             if batch is None:
-                del self._fetches[fetch.tp]
-                if fetch.error is not None:
+                del self._session_of[tp]
+                try:
+                    error = delivery.error or BrokerNotAvailable(f"the fetch of {tp[0]}-{tp[1]} ended")
+                    self._refuse(tp, error, delivery.session)
+                except SparklogError as exc:
                     if out:  # the batches read before it are returned first
-                        self._failed = fetch.error
+                        self._failed = exc
                         return out
-                    raise fetch.error
+                    raise
                 continue
-            position = self._positions[fetch.tp]
+            if self._refused:
+                self._refused.pop(tp, None)
+            position = self._positions[tp]
             batch = self._trim(batch, position)
             if batch.num_rows:
                 if self.value_format == "avro":
-                    batch = self._as_avro(fetch.tp[0], batch)
+                    batch = self._as_avro(tp[0], batch)
                 out.append(batch)
-                self._positions[fetch.tp] = batch.column(OFFSET)[-1].as_py() + 1
+                self._positions[tp] = batch.column(OFFSET)[-1].as_py() + 1
 
-    def _cancel_fetches(self) -> None:
-        for fetch in self._fetches.values():
-            fetch.cancel()
-        self._fetches = {}
+    def wakeup(self) -> None:
+        """Make a waiting ``poll_batches`` (or the next one) return at once with what it has
+        (Kafka's ``wakeup()``); safe to call from another thread or a signal handler."""
+        self._results.put((_WAKEUP, None))  # SimpleQueue.put is reentrant
+
+    def _close_sessions(self) -> list[FetchSession]:
+        """End every open fetch (what they read is dropped); partitions wait for new ones."""
+        sessions = list(self._sessions.values())
+        for session in sessions:
+            session.close()
+        self._sessions, self._session_of = {}, {}
+        self._unrouted, self._refused = {}, {}
+        return sessions
 
     def _as_avro(self, topic: str, batch: pa.RecordBatch) -> pa.RecordBatch:
         """Values of a typed topic as Avro single-object encoded bytes (for existing Avro tooling)."""
@@ -291,27 +368,37 @@ class Consumer:
         self._move(self._tp(partition, topic), offset)
 
     def _move(self, tp: TopicPartition, offset: int) -> None:
-        """A new position; the fetch open from the old one is cancelled (what it read is dropped),
-        so the next poll fetches from here at once."""
-        self._positions[tp] = offset
-        fetch = self._fetches.pop(tp, None)
-        if fetch is not None:
-            fetch.cancel()
+        self._move_all({tp: offset})
+
+    def _move_all(self, offsets: dict[TopicPartition, int]) -> None:
+        """New positions; the fetches open from the old ones end (what they read is dropped), so
+        the next poll fetches from here at once (one new call per session, however many moved)."""
+        moved: dict[FetchSession, dict[int, tuple[int, int]]] = {}
+        for tp, offset in offsets.items():
+            self._positions[tp] = offset
+            self._generation[tp] = self._generation.get(tp, 0) + 1
+            session = self._session_of.get(tp)
+            if session is not None:
+                moved.setdefault(session, {})[tp[1]] = (offset, self._generation[tp])
+        for session, entries in moved.items():
+            if not session.update(entries):  # it ended meanwhile: its partitions look for a new one
+                for p in entries:
+                    self._session_of.pop((session.topic, p), None)
+                    self._unrouted[(session.topic, p)] = time.monotonic()
 
     def seek_to_beginning(self) -> None:
-        for tp in self._assigned:
-            self._move(tp, self._client.list_offsets(*tp)["log_start_offset"])
+        self._move_all({tp: self._client.list_offsets(*tp)["log_start_offset"] for tp in self._assigned})
 
     def seek_to_end(self) -> None:
-        for tp in self._assigned:
-            self._move(tp, self._client.list_offsets(*tp)["high_watermark"])
+        self._move_all({tp: self._client.list_offsets(*tp)["high_watermark"] for tp in self._assigned})
 
     def seek_to_time(self, timestamp_ms: int) -> None:
         """Every assigned partition to its first record at or after the time (its end if none)."""
+        offsets = {}
         for tp in self._assigned:
-            offsets = self._client.list_offsets(*tp, timestamp=timestamp_ms)
-            found = offsets.get("offset_for_time")
-            self._move(tp, offsets["high_watermark"] if found is None else found)
+            found = self._client.list_offsets(*tp, timestamp=timestamp_ms)
+            offsets[tp] = found["high_watermark"] if found.get("offset_for_time") is None else found["offset_for_time"]
+        self._move_all(offsets)
 
     def commit(self, offsets: dict[TopicPartition, int] | None = None) -> None:
         """Commit the current positions (or the given offsets) of the group to ZooKeeper."""
@@ -327,10 +414,8 @@ class Consumer:
         if self._partitioner is not None:
             self._partitioner.finish()
             self._partitioner = None
-        fetches = list(self._fetches.values())
-        self._cancel_fetches()
-        for fetch in fetches:
-            fetch.join(5.0)
+        for session in self._close_sessions():
+            session.join(5.0)
         self._client.close()
 
     def __enter__(self) -> Consumer:
@@ -338,6 +423,9 @@ class Consumer:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+_WAKEUP: Any = object()  # queued by wakeup()
 
 
 class _PartitionColumns:

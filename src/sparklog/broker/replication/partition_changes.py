@@ -5,10 +5,13 @@ after waking looks only at the partitions that changed."""
 from __future__ import annotations
 
 import threading
+import time
 from collections import deque
+from collections.abc import Callable, Container
 
 TopicPartition = tuple[str, int]
 HISTORY = 4096  # changes remembered; a waiter further behind looks at all its partitions again
+WAIT_SLICE_S = 0.25  # how often a waiter asks whether it should give up (its client went away...)
 
 
 class PartitionChanges:
@@ -47,3 +50,21 @@ class PartitionChanges:
             if not self._recent or self._recent[0][0] > since + 1:
                 return self._version, None
             return self._version, {key for version, key in self._recent if version > since}
+
+    def wait_for(
+        self, since: int, keys: Container[TopicPartition], deadline: float, give_up: Callable[[], bool]
+    ) -> tuple[int, set[TopicPartition] | None]:
+        """Wait until one of ``keys`` changed after version ``since``, until ``deadline`` (a
+        ``time.monotonic()`` value) or until ``give_up()`` (asked every ``WAIT_SLICE_S``). Returns
+        the version now and the changed keys among ``keys`` (empty: none before the deadline or
+        giving up; None: too many changes to tell, look at all)."""
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 or give_up():
+                return since, set()
+            since, changed = self.wait(since, min(remaining, WAIT_SLICE_S))
+            if changed is None:
+                return since, None
+            mine = {key for key in changed if key in keys}
+            if mine:
+                return since, mine

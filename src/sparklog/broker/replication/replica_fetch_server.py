@@ -33,7 +33,6 @@ from sparklog.names import check_topic_name
 if TYPE_CHECKING:
     from sparklog.broker.partition import Partition
 
-WAIT_SLICE_S = 0.25
 MAX_WAIT_MS = 30_000
 LeaderLookup = Callable[[str, int], "Partition"]  # the partition if this broker leads it (NotLeader, UnknownTopic)
 
@@ -78,18 +77,12 @@ class ReplicaFetchResponse:
             found = self._collect(pending, replica_id, max_bytes)
             if found or time.monotonic() >= deadline or self.stopping() or self.cancelled():
                 break
-            while True:  # wait for a change to one of our partitions
-                remaining = deadline - time.monotonic()
-                if remaining <= 0 or self.stopping() or self.cancelled():
-                    break
-                version, changed = self.changes.wait(version, min(remaining, WAIT_SLICE_S))
-                if changed is None:
-                    pending = list(positions)
-                    break
-                pending = [by_key[key] for key in changed if key in by_key]
-                if pending:
-                    break
+            version, changed = self.changes.wait_for(version, by_key, deadline, self._give_up)
+            pending = list(positions) if changed is None else [by_key[key] for key in changed]
         yield from found
+
+    def _give_up(self) -> bool:
+        return self.stopping() or self.cancelled()
 
     def _collect(
         self, positions: list[FetchPosition], replica_id: int, max_bytes: int
