@@ -84,6 +84,7 @@ class Broker:
         self._watched: set[TopicPartition] = set()  # partitions whose state znode is watched
         self._state_paths: dict[str, TopicPartition] = {}  # state znode path -> its partition
         self._unwatched_states: set[TopicPartition] = set()  # a watch fired, reading it again failed
+        self._led_with_followers: set[TopicPartition] = set()  # led here, with others in the ISR
         self._unread_topics: set[str] = set()  # notified, but reading their metadata failed: retried
         self._topic_lock = threading.RLock()
         self.value_schemas: dict[str, list[ValueSchema]] = {}  # typed topics: versions, oldest first
@@ -445,6 +446,10 @@ class Broker:
             if before is None or (before.leader, before.leader_epoch) != (state.leader, state.leader_epoch):
                 role = "leads" if state.leader == self.broker_id else f"follows {state.leader}"
                 log.info("%s-%s: broker %s %s in epoch %s", topic, p, self.broker_id, role, state.leader_epoch)
+            if state.leader == self.broker_id and len(state.isr) > 1:
+                self._led_with_followers.add((topic, p))
+            else:
+                self._led_with_followers.discard((topic, p))
             if state.leader == self.broker_id or state.leader < 0:
                 self.replication.unfollow((topic, p))
             else:
@@ -580,9 +585,12 @@ class Broker:
                         log.warning("could not read the states of %d partitions", len(missing), exc_info=True)
                         with self._lock:
                             self._unwatched_states |= missing
-            for partition in list(self.partitions.values()):
+            # only a leader with followers in its ISR can shrink it (not every partition, every round)
+            for key in list(self._led_with_followers):
+                partition = self.partitions.get(key)
                 try:
-                    partition.maybe_shrink_isr()
+                    if partition is not None:
+                        partition.maybe_shrink_isr()
                 except Exception:
                     log.exception("ISR check failed")
             tick += 1

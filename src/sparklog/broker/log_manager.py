@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import shutil
 import threading
+import weakref
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -43,6 +44,10 @@ class LogManager:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self._logs: dict[tuple[str, int], PartitionLog] = {}
         self._lock = threading.Lock()
+        # after a compaction pass: the log's (start, end, config) then, and when a kept tombstone expires
+        self._compacted: weakref.WeakKeyDictionary[PartitionLog, tuple[tuple[int, int, TopicConfig], int | None]] = (
+            weakref.WeakKeyDictionary()
+        )
 
     def directory(self, topic: str, partition: int) -> Path:
         return self.data_dir / f"{topic}-{partition}"
@@ -115,10 +120,21 @@ class LogManager:
             self.expire_producers(log)
             log.apply_retention()
             if log.config.compacted:
-                compact(log)
+                self._compact(log)
             if log.config.flush_ms >= 0 and log.clock() - log.last_flush_ms >= log.config.flush_ms:
                 log.flush()
         SEGMENT_CACHE.release_idle(self.segment_idle_s)
+
+    def _compact(self, log: PartitionLog) -> None:
+        """Compact, unless nothing was appended, truncated or deleted since the last pass and no
+        tombstone it kept has expired since: then the pass would read the whole log to change
+        nothing (an idle compacted partition costs a comparison)."""
+        extent = (log.log_start_offset, log.log_end_offset, log.config)
+        last = self._compacted.get(log)
+        if last is not None and last[0] == extent and (last[1] is None or log.clock() < last[1]):
+            return
+        result = compact(log)
+        self._compacted[log] = ((log.log_start_offset, log.log_end_offset, log.config), result.tombstones_due_ms)
 
     def expire_producers(self, log: PartitionLog) -> int:
         """Forget the producer ids idle for ``producer_id_expiration_ms`` by the log's clock."""
