@@ -16,7 +16,7 @@ import pytest
 
 from broker_helpers import read_partition, wait_for
 from sparklog import Admin, wire
-from sparklog.records import wire_schema
+from sparklog.records import now_ms, wire_schema
 
 TOPIC = "many"
 VALUE_BYTES = 400
@@ -27,7 +27,8 @@ def _batch(partition: int, batch: int) -> pa.RecordBatch:
     values = [f"{partition}/{batch}/{i}/".encode().ljust(VALUE_BYTES, b".") for i in range(RECORDS_PER_BATCH)]
     return pa.RecordBatch.from_pydict(
         {
-            "timestamp": pa.array([1_700_000_000_000 + batch] * RECORDS_PER_BATCH, pa.timestamp("ms", tz="UTC")),
+            # stamped now: older records would be due for retention (7 days) while the test reads them
+            "timestamp": pa.array([now_ms()] * RECORDS_PER_BATCH, pa.timestamp("ms", tz="UTC")),
             "key": pa.nulls(RECORDS_PER_BATCH, pa.binary()),
             "value": pa.array(values, pa.binary()),
             "headers": pa.nulls(RECORDS_PER_BATCH, wire_schema().field("headers").type),
@@ -87,7 +88,7 @@ def test_a_broker_restarted_with_3000_partitions_serves_and_keeps_every_record(
     with Admin(sparklog_connect) as admin:
         admin.create_topic(TOPIC, partitions, 1, configs={"segment.bytes": 1024})
     _fill(broker.location, partitions, batches)
-    assert broker.stop() == 0  # SIGTERM: a clean shutdown
+    assert broker.stop(timeout=300) == 0  # SIGTERM: a clean shutdown (3000 logs fsynced)
     segments = sum(len(list(d.glob("*.arrows"))) for d in broker.data_dir.glob(f"{TOPIC}-*"))
     assert segments >= partitions * batches
 
