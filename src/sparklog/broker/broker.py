@@ -19,7 +19,7 @@ from typing import Any
 
 import pyarrow.flight as flight
 from kazoo.exceptions import BadVersionError, KazooException, NodeExistsError, NoNodeError
-from kazoo.protocol.states import KazooState
+from kazoo.protocol.states import EventType, KazooState, WatchedEvent
 from kazoo.recipe.watchers import ChildrenWatch, DataWatch
 
 from sparklog import wire
@@ -82,9 +82,13 @@ class Broker:
         self.changes = PartitionChanges()  # what a waiting replica fetch waits on
         self.replication = ReplicaFetcherManager(broker_id, self._leader_endpoint, self.read_state)
         self._watched: set[TopicPartition] = set()  # partitions whose state znode is watched
+        self._state_paths: dict[str, TopicPartition] = {}  # state znode path -> its partition
+        self._unwatched_states: set[TopicPartition] = set()  # a watch fired, reading it again failed
+        self._led_with_followers: set[TopicPartition] = set()  # led here, with others in the ISR
         self._unread_topics: set[str] = set()  # notified, but reading their metadata failed: retried
         self._topic_lock = threading.RLock()
         self.value_schemas: dict[str, list[ValueSchema]] = {}  # typed topics: versions, oldest first
+        self._schemas_read: set[str] = set()  # topics whose schema versions were read (typed or not)
         self.registry: SchemaRegistry | None = None
         self.live_brokers: dict[int, BrokerInfo] = {}
         self.cluster: ClusterMetadata | None = None
@@ -152,8 +156,8 @@ class Broker:
                 if not self.cluster.zk.exists(self.cluster.layout.broker(self.broker_id)):
                     self._register()
                 self._read_unread_topics()
-                for topic, p in sorted(self._watched):
-                    self.read_state(topic, p)
+                self._unwatched_states.clear()
+                self._read_states(set(self._watched))  # watches too (an expired session lost them)
                 self.zk_connected = True
                 log.info("ZooKeeper session back: accepting writes where still leader")
                 return
@@ -273,9 +277,11 @@ class Broker:
         """Forget a topic that is gone or being deleted: its replicas stop, its logs are deleted."""
         with self._topic_lock:
             self.topics.pop(name, None)
+            self._schemas_read.discard(name)
             self._unread_topics.discard(name)
             with self._lock:
                 self._watched = {k for k in self._watched if k[0] != name}
+                self._state_paths = {path: k for path, k in self._state_paths.items() if k[0] != name}
                 for key in [k for k in self.partitions if k[0] == name]:
                     self.replication.unfollow(key)
                     self.partitions.pop(key, None)
@@ -333,21 +339,25 @@ class Broker:
             return True
         with self._topic_lock:  # the watch thread and the maintenance loop may both get here
             self.topics[name] = meta
+            fresh: list[int] = []
             for p, replicas in enumerate(meta.replicas):
                 key = (name, p)
                 if self.broker_id in replicas:
                     if key not in self._watched:
                         self._watched.add(key)
-                        try:
-                            self._watch_state(name, p)
-                        except KazooException as exc:
-                            log.warning("could not watch %s-%s (%r); retrying", name, p, exc)
-                            self._watched.discard(key)
-                            self._unread_topics.add(name)
+                        fresh.append(p)
                     elif key in self.partitions:
                         self.partitions[key].replicas = list(replicas)
                 elif key in self._watched:
                     self._drop_replica(name, p)  # moved away from this broker
+            if fresh:
+                try:
+                    self._watch_states(name, fresh)
+                except KazooException as exc:
+                    log.warning("could not watch the partitions of %s (%r); retrying", name, exc)
+                    with self._lock:
+                        self._watched.difference_update((name, p) for p in fresh if (name, p) not in self.partitions)
+                    self._unread_topics.add(name)
         return True
 
     def _read_unread_topics(self) -> None:
@@ -361,22 +371,43 @@ class Broker:
             versions = self.registry.all(topic)
         except Exception:  # deleted meanwhile, or no schemas node: untyped
             versions = []
+        self._schemas_read.add(topic)
         if versions:
             self.value_schemas[topic] = versions
             self.logs.set_value_schemas(topic, versions)
         else:
             self.value_schemas.pop(topic, None)
 
-    def _watch_state(self, topic: str, partition: int) -> None:
+    def _watch_states(self, topic: str, partitions: list[int]) -> None:
+        """Read the states of partitions of a topic (one pipelined ZooKeeper round, not a round
+        trip each), watch them, and take the roles they give this broker. One watcher function
+        serves every state node (``_on_state_event``), so reading a node again never adds a watch."""
         assert self.cluster is not None
+        for p in partitions:
+            self._state_paths[self.cluster.layout.partition_state(topic, p)] = (topic, p)
+        for p, (state, version) in self.cluster.partition_states(topic, partitions, self._on_state_event).items():
+            self._apply_state(topic, p, state, version)
 
-        def on_state(data: bytes | None, stat: Any) -> bool | None:
-            if data is None or self._stopped.is_set() or (topic, partition) not in self._watched:
-                return False
-            self._apply_state(topic, partition, PartitionState.from_json(data), stat.version)
-            return None
+    def _on_state_event(self, event: WatchedEvent) -> None:
+        """A watched partition state changed: read it again (which watches it again) and apply it."""
+        key = self._state_paths.get(event.path) if event.path else None
+        if key is None or self._stopped.is_set() or key not in self._watched or event.type == EventType.DELETED:
+            return
+        try:
+            self.read_state(*key)
+        except Exception:  # the maintenance loop and the reconnect handler read it again
+            log.warning("could not read the state of %s-%s", *key, exc_info=True)
+            with self._lock:
+                if key in self._watched:
+                    self._unwatched_states.add(key)
 
-        DataWatch(self.cluster.zk, self.cluster.layout.partition_state(topic, partition), on_state)
+    def _read_states(self, keys: set[TopicPartition]) -> None:
+        """Read (and watch) the states of many partitions, a pipelined round per topic."""
+        by_topic: dict[str, list[int]] = {}
+        for topic, p in sorted(keys):
+            by_topic.setdefault(topic, []).append(p)
+        for topic, partitions in by_topic.items():
+            self._watch_states(topic, partitions)
 
     def _drop_replica(self, topic: str, p: int) -> None:
         """This broker no longer holds a replica of the partition: stop following, delete it."""
@@ -391,8 +422,10 @@ class Broker:
         """Read a partition's state from ZooKeeper and take the role it gives this broker (the watch
         delivers changes; this heals a notification that never arrived)."""
         assert self.cluster is not None
+        path = self.cluster.layout.partition_state(topic, p)
+        self._state_paths[path] = (topic, p)
         try:
-            data, stat = self.cluster.zk.get(self.cluster.layout.partition_state(topic, p))
+            data, stat = self.cluster.zk.get(path, watch=self._on_state_event)
         except NoNodeError:
             return  # the topic is being deleted
         self._apply_state(topic, p, PartitionState.from_json(data), stat.version)
@@ -413,6 +446,10 @@ class Broker:
             if before is None or (before.leader, before.leader_epoch) != (state.leader, state.leader_epoch):
                 role = "leads" if state.leader == self.broker_id else f"follows {state.leader}"
                 log.info("%s-%s: broker %s %s in epoch %s", topic, p, self.broker_id, role, state.leader_epoch)
+            if state.leader == self.broker_id and len(state.isr) > 1:
+                self._led_with_followers.add((topic, p))
+            else:
+                self._led_with_followers.discard((topic, p))
             if state.leader == self.broker_id or state.leader < 0:
                 self.replication.unfollow((topic, p))
             else:
@@ -423,7 +460,7 @@ class Broker:
         partition = self.partitions.get(key)
         if partition is None:
             meta = self.topic_metadata(topic)
-            if topic not in self.value_schemas:
+            if topic not in self._schemas_read:  # a topic read for a client before its watch
                 self._load_value_schemas(topic)
             log_ = self.logs.get(topic, p, meta.config, self.value_schemas.get(topic, ()))
             partition = Partition(
@@ -538,14 +575,22 @@ class Broker:
         while not self._stopped.wait(0.5):
             if self.zk_connected:
                 self._read_unread_topics()
-                for topic, p in self._watched - set(self.partitions):  # watched, yet no state arrived
+                with self._lock:  # watched, yet no state arrived (or its watch could not be set again)
+                    missing = (self._watched - set(self.partitions)) | (self._unwatched_states & self._watched)
+                    self._unwatched_states.clear()
+                if missing:
                     try:
-                        self.read_state(topic, p)
+                        self._read_states(missing)
                     except Exception:
-                        log.warning("could not read the state of %s-%s", topic, p, exc_info=True)
-            for partition in list(self.partitions.values()):
+                        log.warning("could not read the states of %d partitions", len(missing), exc_info=True)
+                        with self._lock:
+                            self._unwatched_states |= missing
+            # only a leader with followers in its ISR can shrink it (not every partition, every round)
+            for key in list(self._led_with_followers):
+                partition = self.partitions.get(key)
                 try:
-                    partition.maybe_shrink_isr()
+                    if partition is not None:
+                        partition.maybe_shrink_isr()
                 except Exception:
                     log.exception("ISR check failed")
             tick += 1

@@ -147,18 +147,17 @@ class Controller:
             except UnknownTopic:
                 continue
             unclean = meta.config.unclean_leader_election_enable
+            states = cluster.partition_states(topic, range(meta.partitions))
             for p, replicas in enumerate(meta.replicas):
-                path = cluster.layout.partition_state(topic, p)
-                try:
-                    data, stat = cluster.zk.get(path)
-                except NoNodeError:
+                if p not in states:
                     continue
-                state = PartitionState.from_json(data)
+                state, version = states[p]
                 wanted = choose_state(state, replicas, live, unclean)
                 if wanted == state:
                     continue
+                path = cluster.layout.partition_state(topic, p)
                 try:
-                    cluster.zk.set(path, wanted.to_json(), version=stat.version)
+                    cluster.zk.set(path, wanted.to_json(), version=version)
                     log.info("controller: %s-%s %s -> %s", topic, p, state, wanted)
                 except BadVersionError:
                     self._wake.set()  # someone changed it meanwhile: look again

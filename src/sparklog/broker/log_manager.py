@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import concurrent.futures
 import shutil
 import threading
+import weakref
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -16,6 +18,8 @@ from sparklog.records import versioned_schema
 
 if TYPE_CHECKING:
     from sparklog.schemas.value_schema import ValueSchema
+
+CLOSE_THREADS = 8
 
 
 class LogManager:
@@ -43,6 +47,10 @@ class LogManager:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self._logs: dict[tuple[str, int], PartitionLog] = {}
         self._lock = threading.Lock()
+        # after a compaction pass: the log's (start, end, config) then, and when a kept tombstone expires
+        self._compacted: weakref.WeakKeyDictionary[PartitionLog, tuple[tuple[int, int, TopicConfig], int | None]] = (
+            weakref.WeakKeyDictionary()
+        )
 
     def directory(self, topic: str, partition: int) -> Path:
         return self.data_dir / f"{topic}-{partition}"
@@ -115,10 +123,21 @@ class LogManager:
             self.expire_producers(log)
             log.apply_retention()
             if log.config.compacted:
-                compact(log)
+                self._compact(log)
             if log.config.flush_ms >= 0 and log.clock() - log.last_flush_ms >= log.config.flush_ms:
                 log.flush()
         SEGMENT_CACHE.release_idle(self.segment_idle_s)
+
+    def _compact(self, log: PartitionLog) -> None:
+        """Compact, unless nothing was appended, truncated or deleted since the last pass and no
+        tombstone it kept has expired since: then the pass would read the whole log to change
+        nothing (an idle compacted partition costs a comparison)."""
+        extent = (log.log_start_offset, log.log_end_offset, log.config)
+        last = self._compacted.get(log)
+        if last is not None and last[0] == extent and (last[1] is None or log.clock() < last[1]):
+            return
+        result = compact(log)
+        self._compacted[log] = ((log.log_start_offset, log.log_end_offset, log.config), result.tombstones_due_ms)
 
     def expire_producers(self, log: PartitionLog) -> int:
         """Forget the producer ids idle for ``producer_id_expiration_ms`` by the log's clock."""
@@ -126,7 +145,11 @@ class LogManager:
             return log.producers.remove_expired(log.clock(), self.producer_id_expiration_ms)
 
     def close(self) -> None:
+        """Close every log (their fsyncs several at a time: a shutdown with thousands of written
+        partitions waits on the disk, not on Python)."""
         with self._lock:
-            for log in self._logs.values():
-                log.close()
+            logs = list(self._logs.values())
+            with concurrent.futures.ThreadPoolExecutor(CLOSE_THREADS, thread_name_prefix="sparklog-close") as pool:
+                for future in [pool.submit(log.close) for log in logs]:
+                    future.result()
             self._logs.clear()

@@ -22,6 +22,7 @@ OPTIONS: dict[str, tuple[type, str]] = {
     "in-flight": (int, "'produce': send_batch_async tables on their way at once (default 4)"),
     "rate": (int, "records/s for 'latency'"),
     "seconds": (float, "duration of 'latency' and of the measured window of 'idle'"),
+    "segments": (int, "'startup': segments per partition replica (default 10)"),
 }
 SOURCES = {"spark-read": ("topic", "memory"), "spark-write": ("topic", "files")}
 
@@ -58,6 +59,11 @@ def add_bench(sub: argparse._SubParsersAction) -> None:
         "benchmarks/fetch_kafka.sh; Spark's Kafka connector for spark-*): prints both and their ratio; "
         "--repeat then counts interleaved rounds (default 3, medians)",
     )
+    p.add_argument(
+        "--unclean",
+        action="store_true",
+        help="startup: also time a restart after kill -9 of the brokers (recovery instead of a clean open)",
+    )
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(handler=run_bench)
 
@@ -73,6 +79,10 @@ def run_bench(args: argparse.Namespace) -> int:
         if isinstance(value, int | float) and value <= 0:
             raise CliError(f"--{name} must be positive")
         options[name.replace("-", "_")] = value
+    if args.unclean:
+        if args.scenario != "startup":
+            raise CliError("--unclean is for the startup scenario")
+        options["unclean"] = True
     source = options.get("source")
     if source is not None and source not in SOURCES.get(args.scenario, ()):
         known = SOURCES.get(args.scenario)

@@ -6,12 +6,13 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from kazoo.client import KazooClient
 from kazoo.exceptions import NodeExistsError, NoNodeError, RolledBackError
 from kazoo.handlers.threading import KazooTimeoutError
+from kazoo.protocol.states import WatchedEvent
 
 from sparklog.config import TopicConfig
 from sparklog.coordination.zk_layout import ZkLayout, split_connect_string
@@ -532,6 +533,23 @@ class ClusterMetadata:
         except NoNodeError:
             raise UnknownTopic(f"unknown partition {topic}-{partition}") from None
         return PartitionState.from_json(data)
+
+    def partition_states(
+        self, topic: str, partitions: Iterable[int], watch: Callable[[WatchedEvent], None] | None = None
+    ) -> dict[int, tuple[PartitionState, int]]:
+        """The states of many partitions of a topic with their znode versions, read in one
+        pipelined round (every request sent before the first answer is awaited: one round trip,
+        not one per partition); a partition without a state node is left out. ``watch`` is set on
+        each node read (a ZooKeeper data watch)."""
+        pending = [(p, self.zk.get_async(self.layout.partition_state(topic, p), watch=watch)) for p in partitions]
+        states: dict[int, tuple[PartitionState, int]] = {}
+        for p, result in pending:
+            try:
+                data, stat = result.get()
+            except NoNodeError:
+                continue
+            states[p] = (PartitionState.from_json(data), stat.version)
+        return states
 
     def set_partition_state(self, topic: str, partition: int, state: PartitionState) -> None:
         self.zk.set(self.layout.partition_state(topic, partition), state.to_json())

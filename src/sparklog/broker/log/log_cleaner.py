@@ -36,6 +36,9 @@ class CleanResult:
     records_before: int = 0
     records_after: int = 0
     segments_skipped: int = 0  # left alone: they hold a batch that cannot be read
+    # when the oldest tombstone kept in a non-active segment may be removed (None: none kept);
+    # until then, and while nothing is appended, another pass would find nothing to do
+    tombstones_due_ms: int | None = None
 
 
 def _latest_offsets(log: PartitionLog, damaged: set[int]) -> pa.Array:
@@ -93,6 +96,12 @@ def compact(log: PartitionLog, crash_hook: Callable[[str], None] | None = None) 
                 )
                 keep = pc.and_(keep, pc.invert(expired_tombstone))
                 kept = batch.filter(keep)
+                tombstones = kept.column(3).is_null()
+                if tombstones.true_count:
+                    oldest = pc.min(pc.filter(kept.column(1).cast(pa.int64()), tombstones)).as_py()
+                    due = oldest + log.config.delete_retention_ms
+                    if result.tombstones_due_ms is None or due < result.tombstones_due_ms:
+                        result.tombstones_due_ms = due
                 if kept.num_rows:
                     h = stored.header
                     kept_batches.append((kept, header_for(kept, h.leader_epoch, h.producer_id, h.producer_seq)))

@@ -1,9 +1,11 @@
 """The log of one partition: a directory of segments with contiguous offsets, recovery, retention.
 
 Directory contents: the segments (``<base>.arrows`` with ``.index`` and ``.timeindex``),
-``recovery-point`` (the offset below which everything was fsynced) and, while the log is closed
+``recovery-point`` (the offset below which everything was fsynced), ``state-snapshot`` (leader
+epochs and producer state as of an offset, see ``state_snapshot``) and, while the log is closed
 cleanly, ``clean-shutdown``. On open without the marker, every segment from the one holding the
-recovery point on is verified batch by batch and a torn or corrupt tail is cut off.
+recovery point on is verified batch by batch and a torn or corrupt tail is cut off. The other
+segments are opened lazily: their files are first read when they are used.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from sparklog.broker.log.batch_validation import check_produced, check_replicate
 from sparklog.broker.log.leader_epoch_cache import LeaderEpochCache
 from sparklog.broker.log.producer_state import ProducerStateTable
 from sparklog.broker.log.segment import SEGMENT_SUFFIX, LogSegment, delete_segment_files, header_for
+from sparklog.broker.log.state_snapshot import LogStateSnapshot, read_snapshot, remove_snapshot, write_snapshot
 from sparklog.config import TopicConfig
 from sparklog.errors import CorruptRecord, InvalidRecord, InvalidTimestamp, LogClosed, OffsetOutOfRange, RecordTooLarge
 from sparklog.records import TIMESTAMP_TYPE, column_max, int64_column, int64_values, to_record_batch, versioned_schema
@@ -94,15 +97,29 @@ class PartitionLog:
 
     # ----------------------------------------------------------------- opening and recovery
     def _load(self) -> None:
-        shutil.rmtree(self.directory / CLEANING_DIR, ignore_errors=True)  # an interrupted compaction
+        with os.scandir(self.directory) as entries:
+            names = [e.name for e in entries]
+        if CLEANING_DIR in names:
+            shutil.rmtree(self.directory / CLEANING_DIR, ignore_errors=True)  # an interrupted compaction
         marker = self.directory / CLEAN_SHUTDOWN_FILE
-        clean = marker.exists()
-        recovery_point = self._read_recovery_point()
-        bases = sorted(int(p.name[: -len(SEGMENT_SUFFIX)]) for p in self.directory.glob(f"*{SEGMENT_SUFFIX}"))
+        clean = CLEAN_SHUTDOWN_FILE in names
+        # only a crash needs it (a clean close moved it to the log end): one file read less per log
+        recovery_point = 0 if clean else self._read_recovery_point()
+        bases = sorted(
+            int(name[: -len(SEGMENT_SUFFIX)])
+            for name in names
+            if name.endswith(SEGMENT_SUFFIX) and name[: -len(SEGMENT_SUFFIX)].isdigit()
+        )
         interval = self.config.index_interval_bytes
         for i, base in enumerate(bases):
             next_base = bases[i + 1] if i + 1 < len(bases) else None
             must_verify = not clean and (next_base is None or next_base > recovery_point)
+            if next_base is not None and not must_verify:
+                # trusted (a clean shutdown, or below the recovery point): read on first use
+                self.segments.append(
+                    LogSegment.open(self.directory, base, interval, expected_schemas=self.known_schemas, lazy=True)
+                )
+                continue
             try:
                 segment = LogSegment.open(
                     self.directory, base, interval, recover=must_verify, expected_schemas=self.known_schemas
@@ -122,7 +139,8 @@ class PartitionLog:
             self.segments.append(self._new_segment(0))
         if recovery_point > self.log_end_offset:  # recovery cut the log: never claim more than is there
             self._write_recovery_point(self.log_end_offset)
-        marker.unlink(missing_ok=True)
+        if clean:
+            marker.unlink(missing_ok=True)
 
     def set_value_type(self, value_type: pa.DataType, schema_version: int | None) -> None:
         """A typed topic got a new schema version: appends from now on go to segments of it (a
@@ -134,15 +152,23 @@ class PartitionLog:
                 self.known_schemas.append(self.schema)
 
     def _rebuild_derived_state(self) -> None:
-        """Leader epochs and producer state come from the batch headers (headers only, no decoding).
-        A producer's last write is taken as its batch's max timestamp (as Kafka does), never later
-        than now."""
+        """Leader epochs and producer state come from the batch headers (headers only, no decoding),
+        or from the state snapshot and the headers after it (see ``state_snapshot``). A producer's
+        last write is taken as its batch's max timestamp (as Kafka does), never later than now."""
         self.epochs.clear()
         self.producers.clear()
         now = self.clock()
-        for segment in self.segments:
-            for header in segment.headers():
-                self._remember(header, min(header.max_timestamp, now))
+        start = 0
+        snapshot = read_snapshot(self.directory)
+        if snapshot is not None and snapshot.end <= self.log_end_offset:
+            self.epochs.entries = list(snapshot.epochs)
+            self.producers.restore(snapshot.producers, now)
+            start = snapshot.end
+        first = max(0, bisect.bisect_right([s.base_offset for s in self.segments], start) - 1)
+        for segment in self.segments[first:]:
+            for header in segment.headers(start if segment is self.segments[first] else None):
+                if header.base_offset >= start:
+                    self._remember(header, min(header.max_timestamp, now))
 
     def _remember(self, header: BatchHeader, written_ms: int) -> None:
         self.epochs.assign(header.leader_epoch, header.base_offset)
@@ -153,6 +179,13 @@ class PartitionLog:
             header.base_offset,
             header.last_offset,
             last_write_ms=written_ms,
+            max_timestamp=header.max_timestamp,
+        )
+
+    def _save_state(self) -> None:
+        """Write the state snapshot as of the log end (on roll and close)."""
+        write_snapshot(
+            self.directory, LogStateSnapshot(self.log_end_offset, list(self.epochs.entries), self.producers.entries())
         )
 
     def _drop_from(self, bases: list[int]) -> None:
@@ -327,6 +360,7 @@ class PartitionLog:
 
     def _roll(self, base: int, schema: pa.Schema | None = None) -> None:
         old = self.active
+        self._save_state()
         self.segments.append(self._new_segment(base, schema or old.schema))
         old.unpin()  # no longer appended to: its files close (reads need none)
         self._active_created_ms = self.clock()
@@ -479,6 +513,7 @@ class PartitionLog:
             if offset <= self.log_start_offset:
                 self.truncate_fully(offset)
                 return
+            remove_snapshot(self.directory)  # it may describe batches about to go
             while len(self.segments) > 1 and self.active.base_offset >= offset:
                 self.segments.pop().delete()
             self.epochs.truncate_from_end(offset)
@@ -500,6 +535,7 @@ class PartitionLog:
     def truncate_fully(self, new_start: int) -> None:
         """Delete everything and restart the log, empty, at ``new_start``."""
         with self.lock:
+            remove_snapshot(self.directory)
             self.epochs.clear()
             self.producers.clear()
             for segment in self.segments:
@@ -517,6 +553,7 @@ class PartitionLog:
             if self.closed:
                 return
             self.flush()
+            self._save_state()
             for segment in self.segments:
                 segment.close()
             self.closed = True

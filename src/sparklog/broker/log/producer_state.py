@@ -34,11 +34,16 @@ class ProducerBatch:
 
 
 class _Producer:
-    __slots__ = ("batches", "last_write_ms")
+    __slots__ = ("batches", "last_write_ms", "max_timestamp")
 
-    def __init__(self, last_write_ms: int) -> None:
+    def __init__(self, last_write_ms: int, max_timestamp: int) -> None:
         self.batches: deque[ProducerBatch] = deque(maxlen=BATCHES_KEPT)
         self.last_write_ms = last_write_ms
+        self.max_timestamp = max_timestamp  # the largest record timestamp of its batches
+
+
+# a snapshot entry: (producer id, largest batch timestamp, [(first seq, last seq, base, last offset)])
+ProducerEntry = tuple[int, int, list[tuple[int, int, int, int]]]
 
 
 class ProducerStateTable:
@@ -86,19 +91,23 @@ class ProducerStateTable:
         last_offset: int,
         *,
         last_write_ms: int,
+        max_timestamp: int | None = None,
     ) -> None:
-        """Remember a batch that was just stored (appended or replicated) at ``last_write_ms``."""
+        """Remember a batch that was just stored (appended or replicated) at ``last_write_ms``;
+        ``max_timestamp``, its largest record timestamp, is kept for :meth:`entries`."""
         if producer_id < 0 or first_sequence < 0:
             return
+        max_ts = last_write_ms if max_timestamp is None else max_timestamp
         producers = self._producers
         producer = producers.get(producer_id)
         if producer is None:
             while len(producers) >= self.max_producers:
                 producers.popitem(last=False)  # the least recently written
-            producer = producers[producer_id] = _Producer(last_write_ms)
+            producer = producers[producer_id] = _Producer(last_write_ms, max_ts)
         else:
             producers.move_to_end(producer_id)
             producer.last_write_ms = max(producer.last_write_ms, last_write_ms)
+            producer.max_timestamp = max(producer.max_timestamp, max_ts)
         producer.batches.append(ProducerBatch(first_sequence, first_sequence + count - 1, base_offset, last_offset))
 
     def remove_expired(self, now_ms: int, expiration_ms: int) -> int:
@@ -126,3 +135,20 @@ class ProducerStateTable:
 
     def clear(self) -> None:
         self._producers.clear()
+
+    def entries(self) -> list[ProducerEntry]:
+        """The table as plain values, least recently written first (a log's state snapshot)."""
+        return [
+            (pid, p.max_timestamp, [(b.first_sequence, b.last_sequence, b.base_offset, b.last_offset) for b in bs])
+            for pid, p in self._producers.items()
+            for bs in [p.batches]
+        ]
+
+    def restore(self, entries: list[ProducerEntry], now_ms: int) -> None:
+        """Replace the table by snapshot ``entries``. As when the table is rebuilt from batch
+        headers, a producer's last write is taken as its batches' largest timestamp, never later
+        than ``now_ms``."""
+        self._producers.clear()
+        for pid, max_ts, batches in entries[-self.max_producers :]:
+            producer = self._producers[int(pid)] = _Producer(min(int(max_ts), now_ms), int(max_ts))
+            producer.batches.extend(ProducerBatch(*map(int, b)) for b in batches)

@@ -17,6 +17,7 @@ import concurrent.futures
 import contextlib
 import errno
 import functools
+import logging
 import os
 import threading
 import time
@@ -73,6 +74,20 @@ def delete_segment_files(directory: Path, base_offset: int) -> None:
 
 DEFAULT_LOADED_SEGMENTS = 256
 DEFAULT_SEGMENT_IDLE_S = 60.0
+# what a segment opened lazily learns from its files on first use (see LogSegment.open)
+_LAZY_FIELDS = frozenset({"schema", "first_position", "size", "next_offset", "max_timestamp", "first_batch_timestamp"})
+
+log = logging.getLogger(__name__)
+
+
+@functools.lru_cache(maxsize=1024)
+def _schema_message(schema: pa.Schema, _metadata: tuple[tuple[bytes, bytes], ...]) -> bytes:
+    """The stored schema message of ``schema`` (keyed by its metadata too: schemas compare without it)."""
+    return BatchEncoder(schema).schema_message()
+
+
+def schema_message(schema: pa.Schema) -> bytes:
+    return _schema_message(schema, tuple(sorted((schema.metadata or {}).items())))
 
 
 class SegmentCache:
@@ -178,6 +193,8 @@ class LogSegment:
         self._time_index: TimeIndex | None = None
         self.pinned = False  # appended to: files stay open (see the class docstring)
         self._closed = False
+        self._loaded = True  # False until a segment opened lazily has read its files
+        self._expected_schemas: Sequence[pa.Schema] = ()
         self._lock = threading.RLock()  # held while a descriptor is in use or the indexes change
         self._last_used = 0.0  # time.monotonic() of the last read (SegmentCache)
 
@@ -218,6 +235,7 @@ class LogSegment:
         index_interval_bytes: int = 4096,
         recover: bool = False,
         expected_schemas: Sequence[pa.Schema] = (),
+        lazy: bool = False,
     ) -> LogSegment:
         """Open an existing segment. With ``recover`` every batch is verified, a torn or corrupt tail is
         truncated and the indexes are rebuilt; otherwise indexes are trusted if they look sane.
@@ -226,7 +244,21 @@ class LogSegment:
         log's segments may have) a damaged one is rewritten as the closest expected schema of the
         same length (the batches' checksums then decide what is valid); one that resembles none
         raises :class:`CorruptRecord`.
+
+        ``lazy`` (not with ``recover``; Kafka's ``LazyIndex``): nothing is read now. The first use
+        of what the files tell (schema, size, next offset, timestamps; any read) opens the segment
+        as above, checks its indexes and rebuilds them if they fail (a scan that also cuts a torn
+        or corrupt tail, logged: the log keeps the later segments). A closed segment that never
+        loaded does not load any more (:class:`FileNotFoundError`, as a deleted one).
+        ``expected_schemas`` is read then, so it may be a list the log still extends.
         """
+        if lazy and not recover:
+            seg = cls(directory, base_offset, index_interval_bytes)
+            for name in _LAZY_FIELDS - {"schema"}:
+                delattr(seg, name)
+            seg._loaded = False
+            seg._expected_schemas = expected_schemas
+            return seg
         seg = cls(directory, base_offset, index_interval_bytes)
         with seg._lock:
             seg._fd = os.open(seg.path, os.O_RDWR)
@@ -249,9 +281,54 @@ class LogSegment:
             seg._close_files()  # not pinned: the first append (if it becomes active) opens them again
         return seg
 
+    def __getattr__(self, name: str) -> Any:
+        """Only for the fields a lazily opened segment has not read yet (normal attribute lookup
+        finds them once it has, so this costs nothing after the first use)."""
+        if name not in _LAZY_FIELDS or "_loaded" not in self.__dict__:
+            raise AttributeError(name)
+        self._load()
+        return object.__getattribute__(self, name)
+
+    def _load(self) -> None:
+        """Read a lazily opened segment's files: opened by :meth:`open` on a new object, whose
+        state is then taken over (so that another thread never sees half of it)."""
+        with self._lock:
+            if self._loaded:
+                return
+            if self._closed:
+                raise FileNotFoundError(errno.ENOENT, f"segment {self.path.name} is closed")
+            opened = LogSegment.open(
+                self.directory, self.base_offset, self.index_interval_bytes, expected_schemas=self._expected_schemas
+            )
+            SEGMENT_CACHE.forget(opened)
+            if opened.recovered_bytes:
+                log.warning(
+                    "%s: %d bytes after offset %d failed verification when first read, and were cut",
+                    self.path,
+                    opened.recovered_bytes,
+                    opened.next_offset - 1,
+                )
+            for name in (
+                "_valid_end",
+                "_valid_ahead",
+                "_data",
+                "_offset_index",
+                "_time_index",
+                "recovered_bytes",
+                *sorted(_LAZY_FIELDS),
+            ):
+                setattr(self, name, getattr(opened, name))
+            self._loaded = True
+        self._touch()
+
+    @property
+    def loaded(self) -> bool:
+        """Whether the segment has read its files (always, unless opened lazily and never used)."""
+        return self._loaded
+
     def _repair_schema(self, expected: Sequence[pa.Schema]) -> bool:
         """Rewrite a damaged schema message; True if it was rewritten."""
-        wants = [BatchEncoder(schema).schema_message() for schema in expected]
+        wants = [schema_message(schema) for schema in expected]
         head = os.pread(self._fd, max(len(w) for w in wants), 0)
         if any(head[: len(w)] == w for w in wants):
             return False
@@ -537,10 +614,12 @@ class LogSegment:
                 return batch.column(0)[hits[0].as_py()].as_py()
         return None
 
-    def headers(self) -> Iterator[BatchHeader]:
-        """Every batch's header, in order, without decoding the batches."""
+    def headers(self, from_offset: int | None = None) -> Iterator[BatchHeader]:
+        """Every batch's header, in order, without decoding the batches (from the indexed batch at
+        or before ``from_offset`` on, if given)."""
         data = self._map()
-        for header, _position, _end, _message in self._messages(data, self.first_position):
+        position = self.first_position if from_offset is None else self._start_position(from_offset)
+        for header, _position, _end, _message in self._messages(data, position):
             yield header
 
     def batches(
@@ -589,7 +668,12 @@ class LogSegment:
         with self._lock:
             self._encoder = None
             self._close_files()
-            if keep_readable and not self._closed and (self._data is None or self._data.size < self.size):
+            if (
+                keep_readable
+                and self._loaded
+                and not self._closed
+                and (self._data is None or self._data.size < self.size)
+            ):
                 with (
                     contextlib.suppress(OSError, ValueError, pa.ArrowException),
                     pa.memory_map(str(self.path), "r") as mapped,
