@@ -360,6 +360,13 @@ class KafkaCluster:
             args += ["--config", f"{key}={value}"]
         run_java("org.apache.kafka.tools.TopicCommand", args, timeout=120)
 
+    def under_replicated(self, name: str) -> int:
+        """How many partitions of a topic have fewer in-sync replicas than replicas (or no leader)."""
+        args = ["--bootstrap-server", self.bootstrap, "--describe", "--topic", name]
+        lagging = run_java("org.apache.kafka.tools.TopicCommand", [*args, "--under-replicated-partitions"])
+        leaderless = run_java("org.apache.kafka.tools.TopicCommand", [*args, "--unavailable-partitions"])
+        return sum(1 for line in (lagging + leaderless).splitlines() if "Partition:" in line)
+
     def delete_topic(self, name: str) -> None:
         run_java(
             "org.apache.kafka.tools.TopicCommand", ["--bootstrap-server", self.bootstrap, "--delete", "--topic", name]
