@@ -10,8 +10,11 @@ from typing import TYPE_CHECKING
 import pytest
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from kazoo.client import KazooClient
 
+    from replication_helpers import Cluster
     from sparklog.coordination.zookeeper_server import EmbeddedZooKeeper
 
 
@@ -118,6 +121,19 @@ def start_broker(sparklog_connect: str, child_processes: object, tmp_path_factor
     finally:
         for broker in started:
             broker.stop_or_kill()
+
+
+@pytest.fixture
+def cluster(sparklog_connect: str, child_processes: object, tmp_path: Path) -> Iterator[Cluster]:
+    """Three broker processes (``replication_helpers.Cluster``, ids 1-3) under this test's root in
+    ZooKeeper; every one still running is stopped at the end of the test."""
+    from replication_helpers import Cluster
+
+    c = Cluster(sparklog_connect, tmp_path, child_processes)
+    try:
+        yield c.start()
+    finally:
+        c.close()
 
 
 # ---------------------------------------------------------------------------------------------------

@@ -7,8 +7,6 @@ from __future__ import annotations
 import signal
 import threading
 import time
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
@@ -84,15 +82,6 @@ def test_a_thousand_partitions_are_consumed_once_in_order_with_few_threads(
         assert [v for _, v in got] == [b"%d:%d" % (p, b) for b in range(3) for _ in range(4)]
     assert sorted(late.column("value").to_pylist()) == sorted(b"late-%d" % p for p in range(0, partitions, 100))
     assert set(late.column("offset").to_pylist()) == {12}
-
-
-@pytest.fixture
-def cluster(sparklog_connect: str, child_processes: Any, tmp_path: Path) -> Iterator[Cluster]:
-    c = Cluster(sparklog_connect, tmp_path, child_processes)
-    try:
-        yield c.start()
-    finally:
-        c.close()
 
 
 @pytest.mark.slow

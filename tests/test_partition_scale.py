@@ -9,7 +9,6 @@ import json
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -33,15 +32,6 @@ from sparklog import Admin, Producer, wire
 from sparklog.client.partitioner import partitions_for_keys
 
 CLI = [sys.executable, "-m", "sparklog.cli.main"]
-
-
-@pytest.fixture
-def cluster(sparklog_connect: str, child_processes: Any, tmp_path: Path) -> Iterator[Cluster]:
-    c = Cluster(sparklog_connect, tmp_path, child_processes)
-    try:
-        yield c.start()
-    finally:
-        c.close()
 
 
 def _batch(values: list[bytes]) -> pa.RecordBatch:

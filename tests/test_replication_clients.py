@@ -7,9 +7,6 @@ from __future__ import annotations
 
 import signal
 import time
-from collections.abc import Iterator
-from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -18,15 +15,6 @@ from replication_helpers import RF3_MIN_ISR_2, Cluster, consume_all
 from sparklog import Admin, Consumer, Producer
 
 TOPIC = "clients"
-
-
-@pytest.fixture
-def cluster(sparklog_connect: str, child_processes: Any, tmp_path: Path) -> Iterator[Cluster]:
-    c = Cluster(sparklog_connect, tmp_path, child_processes)
-    try:
-        yield c.start()
-    finally:
-        c.close()
 
 
 @pytest.mark.slow

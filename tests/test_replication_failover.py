@@ -9,9 +9,6 @@ from __future__ import annotations
 
 import signal
 import time
-from collections.abc import Iterator
-from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -33,15 +30,6 @@ from sparklog import Admin, Producer
 TOPIC = "failover"
 PARTITIONS = 3
 WRITERS = 3
-
-
-@pytest.fixture
-def cluster(sparklog_connect: str, child_processes: Any, tmp_path: Path) -> Iterator[Cluster]:
-    c = Cluster(sparklog_connect, tmp_path, child_processes)
-    try:
-        yield c.start()
-    finally:
-        c.close()
 
 
 @pytest.mark.slow

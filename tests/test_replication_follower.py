@@ -8,9 +8,6 @@ from __future__ import annotations
 import re
 import signal
 import time
-from collections.abc import Iterator
-from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -29,15 +26,6 @@ from replication_helpers import (
 from sparklog import Admin, Producer
 
 REPLICA_LAG_S = 10.0  # the broker's default replica.lag.time.max.ms
-
-
-@pytest.fixture
-def cluster(sparklog_connect: str, child_processes: Any, tmp_path: Path) -> Iterator[Cluster]:
-    c = Cluster(sparklog_connect, tmp_path, child_processes)
-    try:
-        yield c.start()
-    finally:
-        c.close()
 
 
 def isr_of(admin: Admin, topic: str) -> list[list[int]]:

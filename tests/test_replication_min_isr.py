@@ -6,8 +6,6 @@ and consumers see only acknowledged data (plus, at most once, writes whose fate 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -30,15 +28,6 @@ PARTITIONS = 3
 DELIVERY_TIMEOUT_S = 5.0
 SLACK_S = 3.0  # beyond the delivery timeout: the last attempt's round trip and scheduling
 CLEAR_ERRORS = (NotEnoughReplicas, BrokerNotAvailable, TimeoutError)
-
-
-@pytest.fixture
-def cluster(sparklog_connect: str, child_processes: Any, tmp_path: Path) -> Iterator[Cluster]:
-    c = Cluster(sparklog_connect, tmp_path, child_processes)
-    try:
-        yield c.start()
-    finally:
-        c.close()
 
 
 def send_each_partition(producer: Producer, sends: ManualSends, label: str) -> list[Any]:

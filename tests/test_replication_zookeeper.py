@@ -15,7 +15,6 @@ import re
 import signal
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -40,15 +39,6 @@ from sparklog import Admin, Producer
 from sparklog.errors import NotLeader
 
 SESSION_TIMEOUT_S = 4.0  # the brokers' ZooKeeper session
-
-
-@pytest.fixture
-def cluster(sparklog_connect: str, child_processes: Any, tmp_path: Path) -> Iterator[Cluster]:
-    c = Cluster(sparklog_connect, tmp_path, child_processes)
-    try:
-        yield c.start()
-    finally:
-        c.close()
 
 
 def finish_and_verify(
