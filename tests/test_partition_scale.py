@@ -28,7 +28,7 @@ from replication_helpers import (
     quiet_finish,
     wait_progress,
 )
-from sparklog import Admin, Producer, wire
+from sparklog import Admin, Consumer, Producer, wire
 from sparklog.client.partitioner import partitions_for_keys
 
 CLI = [sys.executable, "-m", "sparklog.cli.main"]
@@ -226,3 +226,27 @@ def test_cli_produce_300k_keyed_lines_to_3000_partitions_then_consume_as_a_group
         by_partition[r["partition"]].append(i)
     for p, seen in by_partition.items():
         assert seen == sorted(seen), f"partition {p} out of order"
+
+
+def test_list_offsets_answers_many_partitions_in_one_action(start_broker: Any, sparklog_connect: str) -> None:
+    """A consumer of many partitions asks each leader once (Kafka's ListOffsets): offsets per
+    partition, and a partition the broker cannot answer fails alone."""
+    broker = start_broker(1)
+    with Admin(sparklog_connect) as admin:
+        admin.create_topic("offsets", 3, 1)
+    base = int(time.time() * 1000) - 600_000  # partition p's records: base + 1000 p
+    with Producer(sparklog_connect) as producer:
+        for p in range(3):
+            stamps = [base + 1000 * p] * (p + 1)
+            producer.send_batch("offsets", {"value": [b"x"] * (p + 1), "timestamp": stamps}, partition=p)
+    body = {"partitions": [{"topic": "offsets", "partition": p, "timestamp": base + 1000} for p in (0, 1, 2, 9)]}
+    results = raw_action(broker.location, wire.LIST_OFFSETS, body)["results"]
+    assert [r.get("high_watermark") for r in results] == [1, 2, 3, None], results
+    assert [r.get("offset_for_time") for r in results[:3]] == [None, 0, 0], results
+    assert results[3]["error"] in ("UNKNOWN_TOPIC", "NOT_LEADER"), results
+    with Consumer("offsets", zookeeper=sparklog_connect, auto_offset_reset="earliest") as consumer:
+        assert [consumer.position(p) for p in range(3)] == [0, 0, 0]
+        consumer.seek_to_end()
+        assert [consumer.position(p) for p in range(3)] == [1, 2, 3]
+        consumer.seek_to_time(base + 1000)
+        assert [consumer.position(p) for p in range(3)] == [1, 0, 0]

@@ -29,7 +29,9 @@
   of one topic on one stream that stays open (:mod:`sparklog.multi_fetch`).
 - **Actions** (``do_action``, JSON body, JSON result): ``list_offsets`` ``{"topic", "partition",
   "timestamp"?}`` -> ``{"log_start_offset", "log_end_offset", "high_watermark", "leader_epoch",
-  "offset_for_time"}``; ``offsets_for_leader_epoch`` ``{"topic", "partition", "epoch"}`` ->
+  "offset_for_time"}``, or for many partitions of one leader ``{"partitions": [{"topic",
+  "partition", "timestamp"?}, ...]}`` -> ``{"results": [offsets | {"error", "message"}, ...]}``;
+  ``offsets_for_leader_epoch`` ``{"topic", "partition", "epoch"}`` ->
   ``{"epoch", "end_offset", "log_start_offset"}``; ``ping`` -> ``{"broker_id"}``;
   ``copy_records`` ``{"topic", "partition", "acks", "slices": [{"first", "last", "topic", "partition",
   "producer_id", "sequence", "schema_version"?}, ...]}`` -> ``{"results": [{"base_offset",

@@ -50,6 +50,7 @@ log = logging.getLogger(__name__)
 
 MAX_FETCH_BYTES = 64 << 20
 MAX_WAIT_MS = 30_000
+MAX_LIST_OFFSETS = 100_000  # partitions in one list_offsets action
 
 
 def _int(request: dict[str, Any], name: str, default: int | None = None) -> int:
@@ -302,6 +303,23 @@ class BrokerServer(flight.FlightServerBase):
         ]
 
     def _list_offsets(self, request: dict[str, Any]) -> dict[str, Any]:
+        """One partition's offsets; or, with ``"partitions": [{"topic", "partition", "timestamp"?}, ...]``,
+        ``{"results": [...]}`` with each partition's offsets or its own ``{"error", "message"}``
+        (Kafka's ListOffsets: a consumer of many partitions asks each leader once)."""
+        items = request.get("partitions")
+        if items is None:
+            return self._partition_offsets(request)
+        if not isinstance(items, list) or len(items) > MAX_LIST_OFFSETS or not all(isinstance(i, dict) for i in items):
+            raise InvalidRequest(f"'partitions' must be a list of at most {MAX_LIST_OFFSETS} objects")
+        results: list[dict[str, Any]] = []
+        for item in items:
+            try:
+                results.append(self._partition_offsets(item))
+            except SparklogError as exc:  # this partition only
+                results.append({"error": exc.code, "message": str(exc)[: wire.MAX_ERROR_MESSAGE]})
+        return {"results": results}
+
+    def _partition_offsets(self, request: dict[str, Any]) -> dict[str, Any]:
         topic, p = _topic(request), _int(request, "partition")
         partition = self.broker.leader_partition(topic, p)
         plog = partition.log

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
 import pyarrow.flight as flight
@@ -244,6 +244,34 @@ class ClusterClient:
         if timestamp is not None:
             body["timestamp"] = timestamp
         return self.action(topic, partition, wire.LIST_OFFSETS, body)
+
+    def list_offsets_many(
+        self, partitions: Iterable[tuple[str, int]], timestamp: int | None = None
+    ) -> dict[tuple[str, int], dict[str, Any]]:
+        """:meth:`list_offsets` of many partitions: one action per leader broker; a partition its
+        leader could not answer (it moved, ...) is asked again on its own, with retries."""
+        by_leader: dict[BrokerInfo, list[tuple[str, int]]] = {}
+        out: dict[tuple[str, int], dict[str, Any]] = {}
+        for tp in partitions:
+            try:
+                by_leader.setdefault(self.leader(*tp), []).append(tp)
+            except SparklogError:
+                out[tp] = self.list_offsets(*tp, timestamp=timestamp)  # retried, or raises
+        for broker, tps in by_leader.items():
+            body: dict[str, Any] = {"partitions": [{"topic": t, "partition": p} for t, p in tps]}
+            if timestamp is not None:
+                for item in body["partitions"]:
+                    item["timestamp"] = timestamp
+            try:
+                results = list(self.flight(broker).do_action(flight.Action(wire.LIST_OFFSETS, wire.encode(body))))
+                answers = wire.decode(results[0].body)["results"]
+            except flight.FlightError:
+                answers = [None] * len(tps)
+            for tp, answer in zip(tps, answers, strict=True):
+                if answer is None or "error" in answer:
+                    answer = self.list_offsets(*tp, timestamp=timestamp)
+                out[tp] = answer
+        return out
 
     def close(self) -> None:
         for client in self._clients.values():

@@ -151,20 +151,21 @@ class Consumer:
     def _assign(self, partitions: list[TopicPartition]) -> None:
         self._assigned = sorted(partitions)
         committed = self._client.cluster.committed_offsets(self.group) if self.group else {}
+        reset = self._reset_positions([tp for tp in self._assigned if tp not in committed])
         now = time.monotonic()
         for tp in self._assigned:
-            if tp in committed:
-                self._positions[tp] = committed[tp]
-            else:
-                self._positions[tp] = self._reset_position(tp)
+            self._positions[tp] = committed[tp] if tp in committed else reset[tp]
             self._generation[tp] = self._generation.get(tp, 0) + 1
             self._unrouted[tp] = now
 
-    def _reset_position(self, tp: TopicPartition) -> int:
-        if self.auto_offset_reset == "none":
+    def _reset_positions(self, tps: list[TopicPartition]) -> dict[TopicPartition, int]:
+        """Where partitions without a committed offset start (``auto_offset_reset``), asked of each
+        leader once for all its partitions."""
+        if tps and self.auto_offset_reset == "none":
+            tp = tps[0]
             raise OffsetOutOfRange(f"no committed offset for {tp[0]}-{tp[1]} and auto_offset_reset=none")
-        offsets = self._client.list_offsets(*tp)
-        return offsets["log_start_offset"] if self.auto_offset_reset == "earliest" else offsets["high_watermark"]
+        key = "log_start_offset" if self.auto_offset_reset == "earliest" else "high_watermark"
+        return {tp: offsets[key] for tp, offsets in self._client.list_offsets_many(tps).items()}
 
     def assignment(self) -> list[TopicPartition]:
         """The (topic, partition) pairs this consumer reads now."""
@@ -387,18 +388,22 @@ class Consumer:
                     self._unrouted[(session.topic, p)] = time.monotonic()
 
     def seek_to_beginning(self) -> None:
-        self._move_all({tp: self._client.list_offsets(*tp)["log_start_offset"] for tp in self._assigned})
+        offsets = self._client.list_offsets_many(self._assigned)
+        self._move_all({tp: found["log_start_offset"] for tp, found in offsets.items()})
 
     def seek_to_end(self) -> None:
-        self._move_all({tp: self._client.list_offsets(*tp)["high_watermark"] for tp in self._assigned})
+        offsets = self._client.list_offsets_many(self._assigned)
+        self._move_all({tp: found["high_watermark"] for tp, found in offsets.items()})
 
     def seek_to_time(self, timestamp_ms: int) -> None:
         """Every assigned partition to its first record at or after the time (its end if none)."""
-        offsets = {}
-        for tp in self._assigned:
-            found = self._client.list_offsets(*tp, timestamp=timestamp_ms)
-            offsets[tp] = found["high_watermark"] if found.get("offset_for_time") is None else found["offset_for_time"]
-        self._move_all(offsets)
+        offsets = self._client.list_offsets_many(self._assigned, timestamp=timestamp_ms)
+        self._move_all(
+            {
+                tp: found["high_watermark"] if found.get("offset_for_time") is None else found["offset_for_time"]
+                for tp, found in offsets.items()
+            }
+        )
 
     def commit(self, offsets: dict[TopicPartition, int] | None = None) -> None:
         """Commit the current positions (or the given offsets) of the group to ZooKeeper."""

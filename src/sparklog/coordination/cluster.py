@@ -580,9 +580,13 @@ class ClusterMetadata:
                 partitions = self.zk.get_children(f"{base}/{t}")
             except NoNodeError:
                 continue
-            for p in partitions:
-                data, _ = self.zk.get(f"{base}/{t}/{p}")
-                out[(t, int(p))] = int(data.decode())
+            reads = [(int(p), self.zk.get_async(f"{base}/{t}/{p}")) for p in partitions]  # one round of round trips
+            for p, read in reads:
+                try:
+                    data, _ = read.get()
+                except NoNodeError:  # removed meanwhile
+                    continue
+                out[(t, p)] = int(data.decode())
         return out
 
     def groups(self) -> list[str]:
