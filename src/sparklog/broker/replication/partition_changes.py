@@ -14,42 +14,56 @@ HISTORY = 4096  # changes remembered; a waiter further behind looks at all its p
 WAIT_SLICE_S = 0.25  # how often a waiter asks whether it should give up (its client went away...)
 
 
+class _Waiter:
+    """A fetch waiting for one of its partitions to change."""
+
+    __slots__ = ("keys", "woken")
+
+    def __init__(self, keys: Container[TopicPartition]) -> None:
+        self.keys = keys
+        self.woken = threading.Event()
+
+
 class PartitionChanges:
-    """Which partitions changed (log end, high watermark or role), numbered in order."""
+    """Which partitions changed (log end, high watermark or role), numbered in order. A change
+    wakes only the waiters following that partition (waking every open fetch on each append made
+    the one that mattered queue behind the others for the GIL)."""
 
     def __init__(self) -> None:
-        self._cond = threading.Condition()
+        self._lock = threading.Lock()
         self._version = 0
         self._recent: deque[tuple[int, TopicPartition]] = deque(maxlen=HISTORY)
+        self._waiters: set[_Waiter] = set()
 
     @property
     def version(self) -> int:
         return self._version
 
     def notify(self, key: TopicPartition) -> None:
-        with self._cond:
+        with self._lock:
             self._version += 1
             self._recent.append((self._version, key))
-            self._cond.notify_all()
+            waiters = [w for w in self._waiters if key in w.keys]
+        for waiter in waiters:
+            waiter.woken.set()
 
     def notify_all(self) -> None:
         """Everything may have changed (the broker is stopping): every waiter looks again."""
-        with self._cond:
+        with self._lock:
             self._version += 1
             self._recent.clear()
-            self._cond.notify_all()
+            waiters = list(self._waiters)
+        for waiter in waiters:
+            waiter.woken.set()
 
-    def wait(self, since: int, timeout_s: float) -> tuple[int, set[TopicPartition] | None]:
-        """Wait up to ``timeout_s`` for a change after version ``since``. Returns the version now
-        and the partitions changed since ``since`` (None: too many to tell, look at all)."""
-        with self._cond:
-            if self._version == since:
-                self._cond.wait(timeout_s)
-            if self._version == since:
-                return since, set()
-            if not self._recent or self._recent[0][0] > since + 1:
-                return self._version, None
-            return self._version, {key for version, key in self._recent if version > since}
+    def _since(self, since: int) -> tuple[int, set[TopicPartition] | None]:
+        """(Under the lock.) The version now and the partitions changed after ``since`` (None: too
+        many to tell)."""
+        if self._version == since:
+            return since, set()
+        if not self._recent or self._recent[0][0] > since + 1:
+            return self._version, None
+        return self._version, {key for version, key in self._recent if version > since}
 
     def wait_for(
         self, since: int, keys: Container[TopicPartition], deadline: float, give_up: Callable[[], bool]
@@ -58,13 +72,23 @@ class PartitionChanges:
         ``time.monotonic()`` value) or until ``give_up()`` (asked every ``WAIT_SLICE_S``). Returns
         the version now and the changed keys among ``keys`` (empty: none before the deadline or
         giving up; None: too many changes to tell, look at all)."""
-        while True:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0 or give_up():
-                return since, set()
-            since, changed = self.wait(since, min(remaining, WAIT_SLICE_S))
-            if changed is None:
-                return since, None
-            mine = {key for key in changed if key in keys}
-            if mine:
-                return since, mine
+        waiter = _Waiter(keys)
+        with self._lock:
+            self._waiters.add(waiter)
+        try:
+            while True:
+                with self._lock:
+                    since, changed = self._since(since)
+                if changed is None:
+                    return since, None
+                mine = {key for key in changed if key in keys}
+                if mine:
+                    return since, mine
+                remaining = deadline - time.monotonic()
+                if remaining <= 0 or give_up():
+                    return since, set()
+                waiter.woken.wait(min(remaining, WAIT_SLICE_S))
+                waiter.woken.clear()  # a change after this is seen by the next look (its version)
+        finally:
+            with self._lock:
+                self._waiters.discard(waiter)
