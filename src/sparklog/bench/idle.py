@@ -60,17 +60,7 @@ def run(
             idle_cpu_s, threads = measure_idle(pids, seconds)
         finally:
             cluster.stop()
-    return {
-        "scenario": "idle",
-        "partitions": partitions,
-        "brokers": len(pids),
-        "replication_factor": replication_factor,
-        "seconds": seconds,
-        "idle_cpu_s": idle_cpu_s,
-        "threads": threads,
-        "replicas_open_s": round(ready_s, 1),  # from the topic's creation until every broker took its replicas
-        "load_average": os.getloadavg()[0],
-    }
+    return _result(partitions, len(pids), replication_factor, seconds, idle_cpu_s, threads, ready_s)
 
 
 def measure_idle(pids: list[int], seconds: float) -> tuple[float, int]:
@@ -107,14 +97,26 @@ def kafka_run(
             idle_cpu_s, threads = measure_idle(pids, seconds)
         finally:
             kafka.stop()
+    return _result(partitions, nodes, replication_factor, seconds, idle_cpu_s, threads, ready_s)
+
+
+def _result(
+    partitions: int,
+    brokers: int,
+    replication_factor: int,
+    seconds: float,
+    idle_cpu_s: float,
+    threads: int,
+    ready_s: float,
+) -> dict[str, Any]:
     return {
         "scenario": "idle",
         "partitions": partitions,
-        "brokers": nodes,
+        "brokers": brokers,
         "replication_factor": replication_factor,
         "seconds": seconds,
         "idle_cpu_s": idle_cpu_s,
         "threads": threads,
-        "replicas_open_s": round(ready_s, 1),
+        "replicas_open_s": round(ready_s, 1),  # from the topic's creation until every replica is ready
         "load_average": os.getloadavg()[0],
     }
