@@ -140,7 +140,7 @@ class _Stream:
         """The next round with records or errors, looking at ``pending`` first (None: all), then
         at what changes; None once ``deadline`` passed or the stream should end."""
         while True:
-            if not self.positions or self.response.give_up():
+            if not self.positions:
                 return None
             found, errors = self._collect(list(self.positions) if pending is None else pending)
             if found or errors:
@@ -181,15 +181,16 @@ class _Stream:
         while True:
             for error in errors:
                 yield self._error(error)
-            busy = list(self.skipped)  # partitions with records sent or left: they may have more
+            busy = list(self.skipped)  # partitions left out of the last round or sent only in part
             fits = True
             for found, plan in response:
                 if plan is None:  # needs a column this stream leaves out: the next fetch will carry it
                     fits = False
                     continue
                 yield from self._partition_messages(found, plan)
-                self.positions[found.partition] = next_offset(found.stored)
-                busy.append(found.partition)
+                self.positions[found.partition] = position = next_offset(found.stored)
+                if position < found.hw:  # max_bytes cut it short (appends since come as changes)
+                    busy.append(found.partition)
             if not fits or self.response.schemas_of(self.topic) is not self.value_schemas:
                 return  # a new schema version: the next fetch has the new view
             after = self._next_round(busy, time.monotonic() + self.request.max_wait_ms / 1000)

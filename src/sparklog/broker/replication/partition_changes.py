@@ -63,7 +63,12 @@ class PartitionChanges:
             return since, set()
         if not self._recent or self._recent[0][0] > since + 1:
             return self._version, None
-        return self._version, {key for version, key in self._recent if version > since}
+        changed: set[TopicPartition] = set()
+        for version, key in reversed(self._recent):  # newest first: stop at the first one seen before
+            if version <= since:
+                break
+            changed.add(key)
+        return self._version, changed
 
     def wait_for(
         self, since: int, keys: Container[TopicPartition], deadline: float, give_up: Callable[[], bool]
@@ -73,6 +78,7 @@ class PartitionChanges:
         the version now and the changed keys among ``keys`` (empty: none before the deadline or
         giving up; None: too many changes to tell, look at all)."""
         waiter = _Waiter(keys)
+        sliced = True
         with self._lock:
             self._waiters.add(waiter)
         try:
@@ -85,9 +91,9 @@ class PartitionChanges:
                 if mine:
                     return since, mine
                 remaining = deadline - time.monotonic()
-                if remaining <= 0 or give_up():
+                if remaining <= 0 or (sliced and give_up()):
                     return since, set()
-                waiter.woken.wait(min(remaining, WAIT_SLICE_S))
+                sliced = not waiter.woken.wait(min(remaining, WAIT_SLICE_S))  # asked only after a quiet slice
                 waiter.woken.clear()  # a change after this is seen by the next look (its version)
         finally:
             with self._lock:
