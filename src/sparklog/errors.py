@@ -142,6 +142,12 @@ class InvalidGroupId(InvalidRequest):
     code = "INVALID_GROUP_ID"
 
 
+class InvalidUserName(InvalidRequest):
+    """A user name breaks the naming rule (that of topics: it is a ZooKeeper path component)."""
+
+    code = "INVALID_USER_NAME"
+
+
 class InvalidPartitions(InvalidRequest):
     """A partition count is out of range (below 1, or above the broker's ``num.partitions.max``)."""
 
@@ -160,6 +166,20 @@ class TooManyRequests(SparklogError):
 
     code = "TOO_MANY_REQUESTS"
     retriable = True
+
+
+class AuthenticationFailed(SparklogError):
+    """The call was refused because its client did not prove who it is: no credentials on a
+    listener that needs them, a wrong password, an unknown user, an untrusted certificate."""
+
+    code = "UNAUTHENTICATED"
+
+
+class AuthorizationFailed(SparklogError):
+    """The authenticated principal may not do this: the message names the principal, the operation
+    and the resource (``User:alice may not Write topic 'events'``)."""
+
+    code = "AUTHORIZATION_FAILED"
 
 
 class UnknownServerError(SparklogError):

@@ -1,4 +1,4 @@
-"""The naming rule of topics and consumer groups, shared by the broker, the clients, the CLI, the
+"""The naming rule of topics, consumer groups and users, shared by the broker, the clients, the CLI, the
 schema registry and the Spark data source.
 
 Kafka's rule: 1 to 249 characters of ``[A-Za-z0-9._-]``, and neither ``.`` nor ``..`` (each name is
@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import re
 
-from sparklog.errors import InvalidGroupId, InvalidTopic
+from sparklog.errors import InvalidGroupId, InvalidRequest, InvalidTopic, InvalidUserName
 
 MAX_NAME_LENGTH = 249
 INTERNAL_TOPIC_PREFIX = "__sparklog"
@@ -24,6 +24,7 @@ _ILLEGAL_CHAR = re.compile(r"[^A-Za-z0-9._-]")
 _KNOWN_GOOD_LIMIT = 100_000  # names remembered as valid; the set starts over when full
 _known_topics: set[str] = set()
 _known_groups: set[str] = set()
+_known_users: set[str] = set()
 
 
 def _shown(name: str) -> str:
@@ -49,7 +50,7 @@ def _problem(name: object) -> str | None:
     return None
 
 
-def _check(name: object, known: set[str], kind: str, error: type[InvalidTopic] | type[InvalidGroupId]) -> str:
+def _check(name: object, known: set[str], kind: str, error: type[InvalidRequest]) -> str:
     if type(name) is str and name in known:
         return name
     if type(name) is str and LEGAL_NAME.fullmatch(name) and name not in (".", ".."):
@@ -71,6 +72,12 @@ def check_topic_name(name: object) -> str:
 def check_group_id(name: object) -> str:
     """``name`` if it is a valid consumer group name, else :class:`InvalidGroupId`."""
     return _check(name, _known_groups, "group", InvalidGroupId)
+
+
+def check_user_name(name: object) -> str:
+    """``name`` if it is a valid user name (the rule of topic names, so it can be a znode name),
+    else :class:`InvalidRequest`."""
+    return _check(name, _known_users, "user", InvalidUserName)
 
 
 def is_internal(name: str) -> bool:

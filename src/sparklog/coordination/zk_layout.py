@@ -11,6 +11,10 @@
 <root>/consumers/<group>/members/<member>                ephemeral: a live member of the group
 <root>/schemas/<topic>/<version>                         Avro schema JSON of a typed topic
 <root>/admin/reassign/<topic>                            {"partitions": {"<p>": [ids]}}: a pending move
+<root>/security/users/<user>                             SCRAM credentials: {"mechanism", "salt",
+                                                         "stored_key", "server_key", "iterations"}
+<root>/security/acls/<pattern type>/<resource type>/<name>   {"acls": [{"principal", "host",
+                                                         "operation", "permission"}]}
 ```
 
 A topic znode with a ``status`` (``creating`` or ``deleting``) is not a topic yet, or no longer:
@@ -20,7 +24,7 @@ group name checks the name first (:mod:`sparklog.names`), so no name can walk Zo
 
 from __future__ import annotations
 
-from sparklog.names import check_group_id, check_topic_name
+from sparklog.names import check_group_id, check_topic_name, check_user_name
 
 DEFAULT_ROOT = "/sparklog"
 
@@ -113,3 +117,14 @@ class ZkLayout:
 
     def schemas(self, topic: str) -> str:
         return f"{self.schema_root}/{check_topic_name(topic)}"
+
+    @property
+    def users(self) -> str:
+        return f"{self.root}/security/users"
+
+    def user(self, name: str) -> str:
+        return f"{self.users}/{check_user_name(name)}"
+
+    @property
+    def acls(self) -> str:
+        return f"{self.root}/security/acls"
