@@ -27,7 +27,7 @@ import socket
 import threading
 import time
 from collections import Counter, defaultdict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -56,7 +56,9 @@ class Cluster:
         processes: ProcessGroup,
         brokers: int = 3,
         zookeeper_for: dict[int, str] | None = None,
+        broker_args: Callable[[int, int], tuple[str, ...]] | None = None,
     ) -> None:
+        """``broker_args(broker_id, port)``: more arguments for that broker (its ``--config``...)."""
         self.connect = connect
         self.base_dir = Path(base_dir)
         self.processes = processes
@@ -65,6 +67,9 @@ class Cluster:
             i: BrokerProcess(i, self.base_dir / f"broker-{i}", overrides.get(i, connect), processes)
             for i in range(1, brokers + 1)
         }
+        if broker_args is not None:
+            for i, broker in self.brokers.items():
+                broker.extra_args = list(broker_args(i, broker.port))
         self.meta = ClusterMetadata(connect)
 
     def start(self) -> Cluster:

@@ -37,6 +37,9 @@
   "producer_id", "sequence", "schema_version"?}, ...]}`` -> ``{"results": [{"base_offset",
   "last_offset", "count"}, ...]}`` copies source offset ranges to partitions the same broker leads
   (:mod:`sparklog.broker.record_copy`).
+- **Security**: a listener may use TLS (``grpc+tls``) and SASL; a SASL client authenticates with
+  Flight's ``Handshake`` call first (SCRAM-SHA-256 or PLAIN: :mod:`sparklog.security.scram`) and
+  sends the session token it got with every later call.
 - **Errors**: a broker raises ``FlightServerError("sparklog:<CODE>:<message>")``; the client turns
   it back into the typed error of :mod:`sparklog.errors` with :func:`raise_from_flight`.
 """
@@ -49,7 +52,9 @@ from typing import Any
 
 import pyarrow.flight as flight
 
-from sparklog.errors import BrokerNotAvailable, SparklogError, error_from_code
+from sparklog.errors import AuthenticationFailed, BrokerNotAvailable, SparklogError, error_from_code
+from sparklog.security.client_config import PLAINTEXT, ClientSecurity
+from sparklog.security.scram import SaslClientAuth
 
 ERROR_PREFIX = "sparklog:"
 _ERROR = re.compile(r"sparklog:([A-Z_]+):(.*?)(?:\. Detail:|$)", re.S)
@@ -71,12 +76,27 @@ _RECONNECT_OPTIONS = [
 ]
 
 
-def flight_client(location: str, own_connection: bool = False) -> flight.FlightClient:
+HANDSHAKE_TIMEOUT_S = 10.0
+
+
+def flight_client(
+    location: str, own_connection: bool = False, security: ClientSecurity = PLAINTEXT
+) -> flight.FlightClient:
     """A Flight client for a broker, reconnecting quickly after the broker restarts. gRPC shares one
     connection among the clients of a location unless ``own_connection``: one connection's
-    messages are received by one thread at a time, so parallel fetches go faster on their own."""
+    messages are received by one thread at a time, so parallel fetches go faster on their own.
+    With ``security``: TLS (trusting ``ssl.ca.location``, presenting the client's certificate if
+    it has one) and, for SASL, the handshake (:mod:`sparklog.security.scram`) before it is returned:
+    :class:`AuthenticationFailed` if the broker refuses the credentials."""
     options = _RECONNECT_OPTIONS + ([("grpc.use_local_subchannel_pool", 1)] if own_connection else [])
-    return flight.FlightClient(location, generic_options=options)
+    client = flight.FlightClient(location, generic_options=options, **security.tls_options())
+    if security.sasl:
+        try:
+            client.authenticate(SaslClientAuth(security), flight.FlightCallOptions(timeout=HANDSHAKE_TIMEOUT_S))
+        except flight.FlightError as exc:
+            client.close()
+            raise from_flight_error(exc, location) from None
+    return client
 
 
 _COMPACT_JSON = json.JSONEncoder(separators=(",", ":"))  # made once: json.dumps(separators=...) makes one per call
@@ -109,12 +129,23 @@ def to_flight_error(exc: SparklogError) -> flight.FlightServerError:
     return flight.FlightServerError(f"{ERROR_PREFIX}{exc.code}:{message}")
 
 
+_FLIGHT_MESSAGE = re.compile(r"with message: (.*?)(?:\. Detail:|$)", re.S)
+
+
+def _flight_message(text: str) -> str:
+    """The message a broker (or gRPC) put in a Flight error, without Flight's wrapping."""
+    match = _FLIGHT_MESSAGE.search(text)
+    return (match.group(1) if match else text).strip().splitlines()[0] if text else "refused"
+
+
 def from_flight_error(exc: Exception, where: str = "") -> SparklogError:
     """The typed sparklog error carried by a Flight error (or BrokerNotAvailable if it was the network)."""
     text = str(exc)
     match = _ERROR.search(text)
     if match:
         return error_from_code(match.group(1), match.group(2).strip())
+    if isinstance(exc, flight.FlightUnauthenticatedError):
+        return AuthenticationFailed(f"{where}: {_flight_message(text)}")
     if isinstance(exc, flight.FlightUnavailableError | flight.FlightTimedOutError | ConnectionError):
         return BrokerNotAvailable(f"broker {where} is not reachable: {text.splitlines()[0] if text else exc!r}")
     if isinstance(exc, flight.FlightCancelledError):

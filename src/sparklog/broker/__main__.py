@@ -19,6 +19,7 @@ if __name__ == "__main__":
     parser.add_argument("--zookeeper", default=os.environ.get("SPARKLOG_ZOOKEEPER", "127.0.0.1:2181"))
     parser.add_argument("--max-connections-per-ip", type=int, default=DEFAULT_MAX_CALLS_PER_IP)
     parser.add_argument("--producer-id-expiration-ms", type=int, default=DEFAULT_PRODUCER_ID_EXPIRATION_MS)
+    parser.add_argument("--config", default=None, help="properties file: listeners, TLS, SASL (server.properties)")
     args = parser.parse_args()
     sys.exit(
         main(
@@ -29,5 +30,6 @@ if __name__ == "__main__":
             args.host,
             args.max_connections_per_ip,
             args.producer_id_expiration_ms,
+            args.config,
         )
     )

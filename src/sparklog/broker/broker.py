@@ -25,6 +25,7 @@ from kazoo.recipe.watchers import ChildrenWatch, DataWatch
 from sparklog import wire
 from sparklog.broker.call_limits import DEFAULT_MAX_CALLS_PER_IP
 from sparklog.broker.controller import Controller
+from sparklog.broker.listeners import open_listeners
 from sparklog.broker.log_manager import DEFAULT_PRODUCER_ID_EXPIRATION_MS, LogManager
 from sparklog.broker.partition import Partition
 from sparklog.broker.replication.fetcher_manager import ReplicaFetcherManager
@@ -35,6 +36,9 @@ from sparklog.coordination.cluster import BrokerInfo, ClusterMetadata, Partition
 from sparklog.errors import BrokerNotAvailable, InvalidRequest, NotLeader, UnknownTopic
 from sparklog.schemas.registry import SchemaRegistry
 from sparklog.schemas.value_schema import ValueSchema
+from sparklog.security.broker_config import BrokerSecurity, Listener
+from sparklog.security.client_config import load_properties
+from sparklog.security.replica_guard import UNKNOWN, ReplicaGuard
 
 log = logging.getLogger(__name__)
 
@@ -63,8 +67,12 @@ class Broker:
         replica_lag_ms: int = 10_000,
         max_calls_per_ip: int = DEFAULT_MAX_CALLS_PER_IP,
         producer_id_expiration_ms: int = DEFAULT_PRODUCER_ID_EXPIRATION_MS,
+        security: BrokerSecurity | None = None,
     ) -> None:
+        """``security``: listeners, TLS and SASL (default: one plaintext listener on ``host``:``port``)."""
         self.broker_id = broker_id
+        self.security = security or BrokerSecurity.plaintext(host, port)
+        self.data_dir = Path(data_dir)
         self.max_calls_per_ip = max_calls_per_ip
         self.host = host
         self.requested_port = port
@@ -92,7 +100,9 @@ class Broker:
         self.registry: SchemaRegistry | None = None
         self.live_brokers: dict[int, BrokerInfo] = {}
         self.cluster: ClusterMetadata | None = None
-        self.server: BrokerServer | None = None
+        self.server: BrokerServer | None = None  # the first listener's
+        self.servers: list[BrokerServer] = []
+        self.endpoints: list[Listener] = []  # advertised, with the ports bound
         self.controller: Controller | None = None
         self.zk_connected = False
         self._clients: dict[str, flight.FlightClient] = {}
@@ -109,8 +119,15 @@ class Broker:
         self.registry = SchemaRegistry.from_cluster(self.cluster)
         self.zk_connected = True
         self.cluster.zk.add_listener(self._on_zk_state)
-        self.server = BrokerServer(self, f"grpc+tcp://{self.host}:{self.requested_port}", self.max_calls_per_ip)
-        self._port = self.server.port  # serving from here on (serve() would only block, and take SIGTERM)
+        guard = ReplicaGuard(self._registered_principal, self.security.broker_principal)
+        bound = open_listeners(
+            self, self.security, self.cluster.zk, self.cluster.layout, self.data_dir, self.max_calls_per_ip, guard
+        )  # serving from here on (serve() would only block, and take SIGTERM)
+        self.servers = [server for _, server in bound]
+        self.server = self.servers[0]
+        self._port = bound[0][0].port
+        ports = {listener.protocol: listener.port for listener, _ in bound}
+        self.endpoints = [Listener(a.protocol, a.host, a.port or ports[a.protocol]) for a in self.security.advertised]
         ChildrenWatch(self.cluster.zk, self.cluster.layout.broker_ids, self._on_brokers)
         ChildrenWatch(self.cluster.zk, self.cluster.layout.topics, self._on_topics)
         threading.Thread(target=self._maintain, name="broker-maintenance", daemon=True).start()
@@ -127,7 +144,14 @@ class Broker:
         deadline = time.monotonic() + 2 * self.session_timeout_s + 10
         while True:
             try:
-                self.cluster.register_broker(self.broker_id, self.host, self.port)
+                first = self.endpoints[0]
+                self.cluster.register_broker(
+                    self.broker_id,
+                    first.host,
+                    first.port,
+                    [(e.protocol, e.host, e.port) for e in self.endpoints],
+                    self.security.broker_principal,
+                )
                 return
             except InvalidRequest:
                 if time.monotonic() > deadline:
@@ -169,25 +193,27 @@ class Broker:
         """Hand leaderships over, stop serving, leave the cluster, close every log cleanly. Calls
         still running after ``grace_s`` (a producer's idle open stream) are abandoned: returns
         False then, and the process should exit (``main`` does)."""
-        if self._stopped.is_set() and self.server is None:
+        if self._stopped.is_set() and not self.servers:
             return True
         self._stopped.set()
         if self.controller is not None:
             self.controller.stop()
         self._hand_over_leadership()
-        server, self.server = self.server, None
-        if server is not None:
+        servers, self.servers, self.server = self.servers, [], None
+        for server in servers:
             server.begin_shutdown()
         self.replication.stop()
         if self.cluster is not None:
             self.cluster.close()  # leave the cluster: clients and followers look elsewhere
         self.zk_connected = False
         finished = True
-        if server is not None:
-            closer = threading.Thread(target=server.shutdown, name="flight-shutdown", daemon=True)
+        closers = [threading.Thread(target=server.shutdown, name="flight-shutdown", daemon=True) for server in servers]
+        for closer in closers:
             closer.start()
-            closer.join(grace_s)
-            finished = not closer.is_alive()
+        deadline = time.monotonic() + grace_s
+        for closer in closers:
+            closer.join(max(0.0, deadline - time.monotonic()))
+            finished = finished and not closer.is_alive()
         self.logs.close()
         for client in self._clients.values():
             client.close()
@@ -557,10 +583,18 @@ class Broker:
             info = self.live_brokers.get(broker_id)
         if info is None:
             raise BrokerNotAvailable(f"broker {broker_id} is not live")
-        client = self._clients.get(info.location)
+        inter = self.security.inter_broker
+        location = info.location_for(inter.protocol)
+        client = self._clients.get(location)
         if client is None:
-            client = self._clients[info.location] = wire.flight_client(info.location)
+            client = self._clients[location] = wire.flight_client(location, security=inter)
         return client
+
+    def _registered_principal(self, broker_id: int) -> object:
+        """The principal broker ``broker_id`` registered (None: it does not authenticate), or
+        :data:`UNKNOWN` if it is not live here (yet)."""
+        info = self.live_brokers.get(broker_id)
+        return UNKNOWN if info is None else info.principal
 
     def call_action(self, client: flight.FlightClient, name: str, body: dict[str, Any]) -> dict[str, Any]:
         try:
@@ -610,11 +644,16 @@ def main(
     host: str = "127.0.0.1",
     max_calls_per_ip: int = DEFAULT_MAX_CALLS_PER_IP,
     producer_id_expiration_ms: int = DEFAULT_PRODUCER_ID_EXPIRATION_MS,
+    config_file: str | None = None,
 ) -> int:
-    """Run one broker in the foreground (``sparklog broker``)."""
+    """Run one broker in the foreground (``sparklog broker``); ``config_file``: a properties file
+    with its listeners and security settings (:mod:`sparklog.security.broker_config`)."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     faulthandler.enable()  # a crash in native code prints every thread's stack to stderr
     faulthandler.register(signal.SIGUSR1, all_threads=True)  # `kill -USR1` shows what every thread is doing
+    security = None
+    if config_file is not None:
+        security = BrokerSecurity.from_properties(load_properties(config_file), host, port)
     stop_early = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):  # a signal during start-up still stops cleanly
         signal.signal(sig, lambda *_: stop_early.set())
@@ -626,7 +665,11 @@ def main(
         host=host,
         max_calls_per_ip=max_calls_per_ip,
         producer_id_expiration_ms=producer_id_expiration_ms,
+        security=security,
     ).start()
     print(f"broker {broker_id} listening on {host}:{broker.port} (data in {data_dir})", flush=True)
+    if config_file is not None:
+        listed = ", ".join(f"{e.protocol}://{e.host}:{e.port}" for e in broker.endpoints)
+        print(f"broker {broker_id} listeners: {listed}", flush=True)
     broker.run_until_signalled(stop_early)
     return 0

@@ -12,6 +12,7 @@ fetch notices within a second that its client went away.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import itertools
 import logging
 from collections.abc import Iterator
@@ -41,12 +42,25 @@ from sparklog.errors import (
 )
 from sparklog.multi_fetch import FETCH_MANY
 from sparklog.names import check_topic_name
+from sparklog.security.principal import ANONYMOUS
+from sparklog.security.replica_guard import ReplicaGuard
 
 if TYPE_CHECKING:
     from sparklog.broker.broker import Broker
     from sparklog.broker.partition import Partition
 
 log = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass(frozen=True)
+class ListenerTls:
+    """A TLS listener's certificate and key (PEM), and with mutual TLS the CA clients' certificates
+    must chain to."""
+
+    certificate: bytes
+    key: bytes
+    client_ca: bytes | None = None
+
 
 MAX_FETCH_BYTES = 64 << 20
 MAX_WAIT_MS = 30_000
@@ -106,14 +120,43 @@ def _parse(data: bytes | Any) -> dict[str, Any]:
     return request
 
 
-class BrokerServer(flight.FlightServerBase):
-    """Serves one broker's partitions over Arrow Flight."""
+def principal(context: flight.ServerCallContext) -> str:
+    """Who made the call: the principal its session token names on a SASL listener, else
+    ``User:ANONYMOUS``."""
+    identity = context.peer_identity()
+    return identity.decode() if identity else ANONYMOUS
 
-    def __init__(self, broker: Broker, location: str, max_calls_per_ip: int = DEFAULT_MAX_CALLS_PER_IP) -> None:
+
+class BrokerServer(flight.FlightServerBase):
+    """Serves one broker's partitions over Arrow Flight, on one of its listeners."""
+
+    def __init__(
+        self,
+        broker: Broker,
+        location: str,
+        max_calls_per_ip: int = DEFAULT_MAX_CALLS_PER_IP,
+        tls: ListenerTls | None = None,
+        auth_handler: flight.ServerAuthHandler | None = None,
+        replica_guard: ReplicaGuard | None = None,
+    ) -> None:
+        """``tls``: the listener's certificate (and the CA client certificates must chain to, for
+        mutual TLS); ``auth_handler``: SASL on this listener; ``replica_guard``: who may fetch as a
+        replica (None: anyone, the single-host default)."""
         self.limits = CallLimits(max_calls_per_ip)
-        super().__init__(location, middleware={MIDDLEWARE_KEY: self.limits})
+        options: dict[str, Any] = {}
+        if tls is not None:
+            options["tls_certificates"] = [flight.CertKeyPair(tls.certificate, tls.key)]
+            if tls.client_ca is not None:
+                options["verify_client"] = True
+                options["root_certificates"] = tls.client_ca
+        super().__init__(location, auth_handler=auth_handler, middleware={MIDDLEWARE_KEY: self.limits}, **options)
         self.broker = broker
+        self.replica_guard = replica_guard
         self.stopping = False
+
+    def _check_replica(self, context: flight.ServerCallContext, replica_id: object) -> None:
+        if self.replica_guard is not None and isinstance(replica_id, int) and replica_id >= 0:
+            self.replica_guard.check(principal(context), replica_id)
 
     def begin_shutdown(self) -> None:
         """Refuse new work and end long polls now (``shutdown()`` waits for running calls)."""
@@ -170,6 +213,7 @@ class BrokerServer(flight.FlightServerBase):
             admit(context)
             request = _parse(ticket.ticket)
             if request.get("type") == REPLICA_FETCH:
+                self._check_replica(context, request.get("replica_id"))
                 return self._replica_fetch(request, context)
             if request.get("type") == FETCH_MANY:
                 return self._multi_fetch(request, context)
@@ -178,6 +222,7 @@ class BrokerServer(flight.FlightServerBase):
             max_bytes = min(max(_int(request, "max_bytes", 8 << 20), 1), MAX_FETCH_BYTES)
             max_wait_ms = min(max(_int(request, "max_wait_ms", 0), 0), MAX_WAIT_MS)
             replica_id = _int(request, "replica_id", -1)
+            self._check_replica(context, replica_id)
             epoch = request.get("leader_epoch")
             fields = request.get("fields")
             if fields is not None and (
@@ -285,6 +330,7 @@ class BrokerServer(flight.FlightServerBase):
             elif action.type == wire.LIST_OFFSETS:
                 result = self._list_offsets(request)
             elif action.type == wire.OFFSETS_FOR_LEADER_EPOCH:
+                self._check_replica(context, request.get("replica_id"))
                 result = self._offsets_for_leader_epoch(request)
             elif action.type == wire.COPY_RECORDS:
                 if self.stopping:

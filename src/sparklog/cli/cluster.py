@@ -87,6 +87,12 @@ def add_broker(sub: argparse._SubParsersAction) -> None:
         metavar="MS",
         help="forget an idempotent producer this long after its last write (default 1 day, as Kafka)",
     )
+    p.add_argument(
+        "--config",
+        metavar="FILE",
+        help="properties file (server.properties): listeners, advertised.listeners, ssl.*, sasl.enabled.mechanisms, "
+        "super.users, security.inter.broker.protocol, inter.broker.sasl.username/password",
+    )
     add_zookeeper_option(p)
     p.set_defaults(handler=run_broker, logs=True)
 
@@ -139,6 +145,7 @@ def run_broker(args: argparse.Namespace) -> int:
         args.host,
         args.max_connections_per_ip,
         args.producer_id_expiration_ms,
+        args.config,
     )
 
 

@@ -10,13 +10,15 @@ from sparklog.client.cluster_client import DEFAULT_ZOOKEEPER, ClusterClient
 from sparklog.coordination.cluster import TopicMetadata
 from sparklog.errors import InvalidRequest, UnknownGroup
 from sparklog.schemas.value_schema import ValueSchema
+from sparklog.security.client_config import ClientSecurity
 
 
 class Admin:
     """Creates, describes, alters and deletes topics; describes and resets consumer groups."""
 
-    def __init__(self, zookeeper: str = DEFAULT_ZOOKEEPER) -> None:
-        self._client = ClusterClient(zookeeper, retries=3, retry_timeout_s=5.0)
+    def __init__(self, zookeeper: str = DEFAULT_ZOOKEEPER, config: Mapping[str, Any] | None = None) -> None:
+        security = ClientSecurity.from_config(config)
+        self._client = ClusterClient(zookeeper, retries=3, retry_timeout_s=5.0, security=security)
         self.cluster = self._client.cluster
 
     def create_topic(

@@ -16,6 +16,7 @@ from sparklog.coordination.cluster import BrokerInfo, ClusterMetadata, Partition
 from sparklog.errors import BrokerNotAvailable, RequestTimedOut, SparklogError
 from sparklog.schemas.registry import SchemaRegistry
 from sparklog.schemas.value_schema import ValueSchema
+from sparklog.security.client_config import PLAINTEXT, ClientSecurity
 
 DEFAULT_ZOOKEEPER = "127.0.0.1:2181"
 FETCH_CONNECTIONS = 8  # per broker: fetches of different partitions spread over this many connections
@@ -44,7 +45,9 @@ class ClusterClient:
         retry_backoff_s: float = 0.05,
         session_timeout_s: float = 10.0,
         retry_timeout_s: float = 30.0,
+        security: ClientSecurity = PLAINTEXT,
     ) -> None:
+        self.security = security
         self.cluster = ClusterMetadata(zookeeper, timeout=session_timeout_s).start()
         self.retries = retries
         self.retry_timeout_s = retry_timeout_s
@@ -164,20 +167,23 @@ class ClusterClient:
     def flight(self, broker: BrokerInfo, connection: int = 0) -> flight.FlightClient:
         """The Flight client of a broker: connection 0 is the shared one; others (fetches of
         different partitions) each have their own TCP connection (``wire.flight_client``)."""
-        key = (broker.location, connection)
+        location = broker.location_for(self.security.protocol)
+        key = (location, connection)
         client = self._clients.get(key)
         if client is None:
             with self._lock:
                 client = self._clients.get(key)
                 if client is None:
-                    client = self._clients[key] = wire.flight_client(broker.location, own_connection=connection > 0)
+                    client = wire.flight_client(location, own_connection=connection > 0, security=self.security)
+                    self._clients[key] = client
         return client
 
     def forget(self, broker: BrokerInfo) -> None:
         """Drop the cached Flight clients of an unreachable broker (the next call connects anew).
         They are not closed here: another thread may be in a call on one; they close when collected."""
         with self._lock:
-            for key in [k for k in self._clients if k[0] == broker.location]:
+            location = broker.location_for(self.security.protocol)
+            for key in [k for k in self._clients if k[0] == location]:
                 del self._clients[key]
 
     def call_leader(

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import queue
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -25,6 +25,7 @@ from sparklog.errors import BrokerNotAvailable, InvalidRequest, OffsetOutOfRange
 from sparklog.multi_fetch import MultiFetchRequest
 from sparklog.schemas.codec import encode_avro
 from sparklog.schemas.projection import parse_fields
+from sparklog.security.client_config import ClientSecurity
 
 TopicPartition = tuple[str, int]
 SessionKey = tuple[int, str, int]  # (broker id, topic, connection)
@@ -78,7 +79,10 @@ class Consumer:
         retry_timeout_s: float = 30.0,
         fields: str | Sequence[str] | None = None,
         value_format: str = "arrow",
+        config: Mapping[str, Any] | None = None,
     ) -> None:
+        """``config``: client settings with librdkafka's names (security: ``security.protocol``,
+        ``ssl.*``, ``sasl.*``; see :mod:`sparklog.security.client_config`)."""
         if auto_offset_reset not in RESETS:
             raise InvalidRequest(f"auto_offset_reset must be one of {', '.join(RESETS)}, got {auto_offset_reset!r}")
         self.topics = [topics] if isinstance(topics, str) else list(topics)
@@ -94,7 +98,12 @@ class Consumer:
         self.auto_offset_reset = auto_offset_reset
         self.max_bytes = max_bytes
         self.max_wait_ms = max_wait_ms
-        self._client = ClusterClient(zookeeper, session_timeout_s=session_timeout_s, retry_timeout_s=retry_timeout_s)
+        self._client = ClusterClient(
+            zookeeper,
+            session_timeout_s=session_timeout_s,
+            retry_timeout_s=retry_timeout_s,
+            security=ClientSecurity.from_config(config),
+        )
         self._positions: dict[TopicPartition, int] = {}
         self._assigned: list[TopicPartition] = []
         self._partition_columns = _PartitionColumns()

@@ -18,6 +18,7 @@ from sparklog.config import TopicConfig
 from sparklog.coordination.zk_layout import ZkLayout, split_connect_string
 from sparklog.errors import (
     CoordinatorNotAvailable,
+    InvalidConfig,
     InvalidPartitions,
     InvalidRequest,
     TopicExists,
@@ -40,15 +41,51 @@ DELETING = "deleting"
 
 @dataclasses.dataclass(frozen=True)
 class BrokerInfo:
-    """A live broker and where its Flight server listens."""
+    """A live broker and where its Flight server listens: ``host``/``port`` is its first listener;
+    ``endpoints`` each advertised listener as (security protocol, host, port); ``principal`` whom
+    it authenticates as to other brokers (None without inter-broker authentication)."""
 
     broker_id: int
     host: str
     port: int
+    endpoints: tuple[tuple[str, str, int], ...] = ()
+    principal: str | None = None
 
     @property
     def location(self) -> str:
-        return f"grpc+tcp://{self.host}:{self.port}"
+        return self.location_for("PLAINTEXT")
+
+    def location_for(self, protocol: str) -> str:
+        """Where a client with ``security.protocol`` = ``protocol`` reaches this broker."""
+        if not self.endpoints:  # registered before listeners existed: one plaintext listener
+            if protocol != "PLAINTEXT":
+                raise InvalidConfig(f"broker {self.broker_id} has no {protocol} listener (only PLAINTEXT)")
+            return f"grpc+tcp://{self.host}:{self.port}"
+        for name, host, port in self.endpoints:
+            if name == protocol:
+                scheme = "grpc+tls" if protocol in ("SSL", "SASL_SSL") else "grpc+tcp"
+                return f"{scheme}://{host}:{port}"
+        names = ", ".join(name for name, _, _ in self.endpoints)
+        raise InvalidConfig(
+            f"broker {self.broker_id} has no {protocol} listener (its listeners: {names}); "
+            "set security.protocol to one of those"
+        )
+
+
+def broker_info(broker_id: int, raw: Mapping[str, Any]) -> BrokerInfo:
+    """A broker's registration (its znode's JSON) as a :class:`BrokerInfo`."""
+    endpoints = []
+    for name, address in dict(raw.get("endpoints") or {}).items():
+        host, _, port = str(address).rpartition(":")
+        endpoints.append((str(name), host, int(port)))
+    principal = raw.get("principal")
+    return BrokerInfo(
+        broker_id,
+        str(raw["host"]),
+        int(raw["port"]),
+        tuple(endpoints),
+        principal if isinstance(principal, str) else None,
+    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -152,9 +189,22 @@ class ClusterMetadata:
         self.close()
 
     # ----------------------------------------------------------------- brokers
-    def register_broker(self, broker_id: int, host: str, port: int) -> None:
+    def register_broker(
+        self,
+        broker_id: int,
+        host: str,
+        port: int,
+        endpoints: Iterable[tuple[str, str, int]] = (),
+        principal: str | None = None,
+    ) -> None:
         """Announce a live broker (an ephemeral node: it disappears with the broker's session)."""
-        data = json.dumps({"host": host, "port": port}).encode()
+        raw: dict[str, Any] = {"host": host, "port": port}
+        listed = {name: f"{h}:{p}" for name, h, p in endpoints}
+        if listed:
+            raw["endpoints"] = listed
+        if principal is not None:
+            raw["principal"] = principal
+        data = json.dumps(raw).encode()
         try:
             self.zk.create(self.layout.broker(broker_id), data, ephemeral=True)
         except NodeExistsError:
@@ -168,8 +218,7 @@ class ClusterMetadata:
                 data, _ = self.zk.get(self.layout.broker(int(child)))
             except NoNodeError:
                 continue
-            raw = json.loads(data)
-            out[int(child)] = BrokerInfo(int(child), raw["host"], int(raw["port"]))
+            out[int(child)] = broker_info(int(child), json.loads(data))
         return out
 
     # ----------------------------------------------------------------- topics

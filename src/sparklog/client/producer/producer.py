@@ -33,6 +33,7 @@ from sparklog.errors import InvalidRecord, InvalidRequest
 from sparklog.records import HEADER_TYPE, wire_batch_of_rows
 from sparklog.schemas.codec import decode_avro
 from sparklog.schemas.value_schema import ValueSchema
+from sparklog.security.client_config import ClientSecurity
 
 ACKS = ("0", "1", "all")
 IN_FLIGHT_WAIT_S = 0.05  # how long the linger thread waits for groups in flight before taking the next
@@ -64,7 +65,10 @@ class Producer:
         retries: int | None = None,
         delivery_timeout_s: float = 30.0,
         request_timeout_s: float = 30.0,
+        config: Mapping[str, Any] | None = None,
     ) -> None:
+        """``config``: client settings with librdkafka's names (security: ``security.protocol``,
+        ``ssl.*``, ``sasl.*``; see :mod:`sparklog.security.client_config`)."""
         acks = "all" if str(acks) in ("all", "-1") else str(acks)
         if acks not in ACKS:
             raise InvalidRequest(f"acks must be 0, 1 or all, got {acks!r}")
@@ -74,7 +78,8 @@ class Producer:
         self.batch_bytes = batch_bytes
         self.delivery_timeout_s = delivery_timeout_s
         self.request_timeout_s = request_timeout_s
-        self._client = ClusterClient(zookeeper, retries=retries, retry_timeout_s=delivery_timeout_s)
+        security = ClientSecurity.from_config(config)
+        self._client = ClusterClient(zookeeper, retries=retries, retry_timeout_s=delivery_timeout_s, security=security)
         self._router = RowRouter(batch_records)
         client = self._client
 

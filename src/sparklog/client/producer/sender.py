@@ -199,13 +199,7 @@ class Sender:
             try:
                 broker = self.leaders.leader(q.topic, q.partition, refresh=q.refresh_leader)
             except Exception as exc:  # no leader now (retried), or no such topic (failed)
-                error = exc if isinstance(exc, SparklogError) else BrokerNotAvailable(f"metadata lookup failed: {exc}")
-                if error.retriable:
-                    q.retry_later(now, error, refresh_leader=True)
-                    next_at = min(next_at, q.retry_at)
-                else:
-                    with self._lock:
-                        self._fail_queued(q, error)
+                next_at = min(next_at, self._cannot_send(q, now, exc, "metadata lookup failed"))
                 continue
             q.refresh_leader = False
             by_broker.setdefault((broker.broker_id, head.value_type), (broker, []))[1].append(q)
@@ -220,7 +214,13 @@ class Sender:
                 if stream is None or stream.broker != broker:
                     if stream is not None:
                         self._drop_stream(stream, forget=False)
-                    stream = self._streams[key] = self.open_stream(broker, value_type, self._answer_from_stream)
+                    try:  # connecting may fail: refused credentials, an unreachable broker
+                        stream = self.open_stream(broker, value_type, self._answer_from_stream)
+                    except Exception as exc:
+                        for q in queues:
+                            next_at = min(next_at, self._cannot_send(q, now, exc, "connecting failed"))
+                        break
+                    self._streams[key] = stream
                 with self._lock:
                     batches, queues = self._drain(queues, value_type)
                 if not batches:
@@ -230,6 +230,17 @@ class Sender:
                 self._in_flight[request] = None
                 stream.submit(request)
         return next_at
+
+    def _cannot_send(self, q: PartitionQueue, now: float, exc: BaseException, doing: str) -> float:
+        """``q`` cannot be sent now because of ``exc``: retried after a backoff if retriable, else its
+        queued batches fail with it. When to look at it again."""
+        error = exc if isinstance(exc, SparklogError) else BrokerNotAvailable(f"{doing}: {exc}")
+        if error.retriable:
+            q.retry_later(now, error, refresh_leader=True)
+            return q.retry_at
+        with self._lock:
+            self._fail_queued(q, error)
+        return math.inf
 
     def _drain(
         self, queues: list[PartitionQueue], value_type: pa.DataType

@@ -1,0 +1,82 @@
+"""A broker's Flight servers, one per listener (``listeners`` in the broker's config): TLS on the
+``SSL`` and ``SASL_SSL`` ones, the SCRAM/PLAIN handshake on the ``SASL_*`` ones, checked against
+the users in ZooKeeper."""
+
+from __future__ import annotations
+
+import os
+import secrets
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from kazoo.client import KazooClient
+
+from sparklog.broker.server import BrokerServer, ListenerTls
+from sparklog.coordination.zk_layout import ZkLayout
+from sparklog.security.broker_config import BrokerSecurity, Listener
+from sparklog.security.credential_store import CredentialStore, KnownUsers
+from sparklog.security.replica_guard import ReplicaGuard
+from sparklog.security.scram import SaslServerAuth, SessionTokens
+
+if TYPE_CHECKING:
+    from sparklog.broker.broker import Broker
+
+SECRET_FILE = "session-secret"  # in the broker's data directory: signs its session tokens
+
+
+def session_secret(data_dir: Path) -> bytes:
+    """The broker's secret for signing session tokens, made once and kept (owner-only) so that
+    clients' sessions survive a restart."""
+    path = data_dir / SECRET_FILE
+    try:
+        secret = path.read_bytes()
+        if len(secret) >= 32:
+            return secret
+    except FileNotFoundError:
+        pass
+    secret = secrets.token_bytes(32)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "wb") as out:
+        out.write(secret)
+    return secret
+
+
+def open_listeners(
+    broker: Broker,
+    security: BrokerSecurity,
+    zk: KazooClient,
+    layout: ZkLayout,
+    data_dir: Path,
+    max_calls_per_ip: int,
+    guard: ReplicaGuard | None,
+) -> list[tuple[Listener, BrokerServer]]:
+    """Bind every listener (serving from then on); each with the port it got."""
+    auth = None
+    if security.authenticates:
+        store = CredentialStore(zk, layout)
+        known = KnownUsers(zk, layout)
+        auth = SaslServerAuth(
+            store.credential, known.__contains__, SessionTokens(session_secret(data_dir)), security.mechanisms
+        )
+    tls = None
+    if any(listener.tls for listener in security.listeners):
+        certificate, key = security.pem(security.certificate_location), security.pem(security.key_location)
+        assert certificate is not None and key is not None  # checked by BrokerSecurity
+        tls = ListenerTls(certificate, key, security.pem(security.ca_location) if security.client_auth else None)
+    opened: list[tuple[Listener, BrokerServer]] = []
+    try:
+        for listener in security.listeners:
+            server = BrokerServer(
+                broker,
+                listener.bind_location,
+                max_calls_per_ip,
+                tls if listener.tls else None,
+                auth if listener.sasl else None,
+                guard,
+            )
+            opened.append((Listener(listener.protocol, listener.host, server.port), server))
+    except BaseException:
+        for _, server in opened:
+            server.shutdown()
+        raise
+    return opened

@@ -1,0 +1,166 @@
+"""A broker's listeners and security settings, with Kafka's names where they exist, from a
+properties file (``sparklog broker --config server.properties``):
+
+- ``listeners``: ``PROTOCOL://host:port,...`` with PROTOCOL one of PLAINTEXT, SSL,
+  SASL_PLAINTEXT, SASL_SSL (the listener's name is its protocol: one listener per protocol);
+  port 0 picks a free port. Default: ``PLAINTEXT://<--host>:<--port>``.
+- ``advertised.listeners``: what clients and other brokers are told, same form (default: the
+  listeners; a listener bound to ``0.0.0.0`` needs one).
+- ``ssl.certificate.location``, ``ssl.key.location``: the broker's certificate and key (PEM), for
+  its TLS listeners; ``ssl.ca.location``: the CA it trusts for client certificates and for other
+  brokers; ``ssl.client.auth``: ``required`` (mutual TLS) or ``none`` (default).
+- ``sasl.enabled.mechanisms``: ``SCRAM-SHA-256`` (default) and/or ``PLAIN``.
+- ``super.users``: ``User:admin;User:broker`` — allowed everything.
+- ``security.inter.broker.protocol``: the listener brokers use among themselves (default
+  PLAINTEXT); with SASL, ``inter.broker.sasl.username`` / ``inter.broker.sasl.password`` are the
+  credentials this broker authenticates with (its principal, registered in ZooKeeper).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from pathlib import Path
+
+from sparklog.errors import InvalidConfig
+from sparklog.security.client_config import MECHANISMS, PROTOCOLS, ClientSecurity
+from sparklog.security.principal import parse_principal, user_principal
+
+TLS_PROTOCOLS = ("SSL", "SASL_SSL")
+SASL_PROTOCOLS = ("SASL_PLAINTEXT", "SASL_SSL")
+
+
+@dataclasses.dataclass(frozen=True)
+class Listener:
+    protocol: str
+    host: str
+    port: int
+
+    @property
+    def tls(self) -> bool:
+        return self.protocol in TLS_PROTOCOLS
+
+    @property
+    def sasl(self) -> bool:
+        return self.protocol in SASL_PROTOCOLS
+
+    @property
+    def bind_location(self) -> str:
+        return f"{'grpc+tls' if self.tls else 'grpc+tcp'}://{self.host}:{self.port}"
+
+
+def parse_listeners(text: str, setting: str = "listeners") -> tuple[Listener, ...]:
+    listeners: list[Listener] = []
+    for item in (part.strip() for part in text.split(",")):
+        if not item:
+            continue
+        protocol, sep, address = item.partition("://")
+        host, colon, port = address.rpartition(":")
+        if not sep or not colon or not port.isdigit() or not 0 <= int(port) < 65536:
+            raise InvalidConfig(f"{setting}: {item!r:.80} is not PROTOCOL://host:port")
+        protocol = protocol.upper()
+        if protocol not in PROTOCOLS:
+            raise InvalidConfig(f"{setting}: protocol {protocol!r:.40} is not one of {', '.join(PROTOCOLS)}")
+        if any(listener.protocol == protocol for listener in listeners):
+            raise InvalidConfig(f"{setting}: {protocol} is listed twice (one listener per protocol)")
+        listeners.append(Listener(protocol, host.strip("[]") or "0.0.0.0", int(port)))
+    if not listeners:
+        raise InvalidConfig(f"{setting} is empty")
+    return tuple(listeners)
+
+
+@dataclasses.dataclass(frozen=True)
+class BrokerSecurity:
+    listeners: tuple[Listener, ...]
+    advertised: tuple[Listener, ...]
+    certificate_location: str | None = None
+    key_location: str | None = None
+    ca_location: str | None = None
+    client_auth: bool = False
+    mechanisms: tuple[str, ...] = ("SCRAM-SHA-256",)
+    super_users: frozenset[str] = frozenset()
+    inter_broker: ClientSecurity = ClientSecurity()
+
+    @classmethod
+    def plaintext(cls, host: str, port: int) -> BrokerSecurity:
+        listener = Listener("PLAINTEXT", host, port)
+        return cls((listener,), (listener,))
+
+    @classmethod
+    def from_properties(cls, properties: Mapping[str, str], host: str, port: int) -> BrokerSecurity:
+        """The settings among ``properties`` (see the module's docstring); ``host``/``port``: the
+        default plaintext listener."""
+        listeners = parse_listeners(properties.get("listeners") or f"PLAINTEXT://{host}:{port}")
+        advertised = listeners
+        if properties.get("advertised.listeners"):
+            advertised = parse_listeners(properties["advertised.listeners"], "advertised.listeners")
+            if sorted(a.protocol for a in advertised) != sorted(b.protocol for b in listeners):
+                raise InvalidConfig("advertised.listeners must name the same protocols as listeners")
+        else:
+            for listener in listeners:
+                if listener.host in ("0.0.0.0", "::", ""):
+                    raise InvalidConfig(
+                        f"listener {listener.protocol} binds {listener.host!r}: set advertised.listeners to the "
+                        "address clients should use"
+                    )
+        certificate, key = properties.get("ssl.certificate.location"), properties.get("ssl.key.location")
+        ca = properties.get("ssl.ca.location")
+        if any(listener.tls for listener in listeners) and not (certificate and key):
+            raise InvalidConfig("a TLS listener needs ssl.certificate.location and ssl.key.location")
+        client_auth = properties.get("ssl.client.auth", "none").lower()
+        if client_auth not in ("none", "required"):
+            raise InvalidConfig(f"ssl.client.auth must be 'required' or 'none', got {client_auth!r:.40}")
+        if client_auth == "required" and not ca:
+            raise InvalidConfig("ssl.client.auth=required needs ssl.ca.location (the CA of client certificates)")
+        mechanisms = tuple(
+            m.strip().upper()
+            for m in properties.get("sasl.enabled.mechanisms", "SCRAM-SHA-256").split(",")
+            if m.strip()
+        )
+        for mechanism in mechanisms:
+            if mechanism not in MECHANISMS:
+                raise InvalidConfig(f"sasl.enabled.mechanisms: {mechanism!r:.40} is not one of {', '.join(MECHANISMS)}")
+        super_users = frozenset(
+            parse_principal(p.strip()) for p in properties.get("super.users", "").split(";") if p.strip()
+        )
+        protocol = properties.get("security.inter.broker.protocol", "PLAINTEXT").upper()
+        if protocol not in (listener.protocol for listener in listeners):
+            raise InvalidConfig(f"security.inter.broker.protocol is {protocol} but no listener uses it")
+        inter = {
+            "security.protocol": protocol,
+            "sasl.mechanism": properties.get("sasl.mechanism.inter.broker.protocol", "SCRAM-SHA-256"),
+            "sasl.username": properties.get("inter.broker.sasl.username"),
+            "sasl.password": properties.get("inter.broker.sasl.password"),
+            "ssl.ca.location": ca,
+        }
+        if client_auth == "required":
+            inter["ssl.certificate.location"], inter["ssl.key.location"] = certificate, key
+        try:
+            inter_broker = ClientSecurity.from_config(inter)
+        except InvalidConfig as exc:
+            raise InvalidConfig(f"inter-broker settings: {exc} (inter.broker.sasl.username/password)") from None
+        return cls(
+            listeners,
+            advertised,
+            certificate,
+            key,
+            ca,
+            client_auth == "required",
+            mechanisms,
+            super_users,
+            inter_broker,
+        )
+
+    @property
+    def broker_principal(self) -> str | None:
+        """Whom this broker authenticates as to other brokers (None: it does not)."""
+        if not self.inter_broker.sasl or not self.inter_broker.username:
+            return None
+        return user_principal(self.inter_broker.username)
+
+    @property
+    def authenticates(self) -> bool:
+        return any(listener.sasl for listener in self.listeners)
+
+    def pem(self, location: str | None) -> bytes | None:
+        return Path(location).read_bytes() if location else None

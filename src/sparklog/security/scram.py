@@ -1,0 +1,250 @@
+"""SCRAM-SHA-256 (RFC 7677, computed by the ``scramp`` package) and PLAIN over Arrow Flight's
+handshake, and the session token a broker gives a client that passed it.
+
+A user's credential is what Kafka keeps in ZooKeeper: a random salt, an iteration count, and the
+stored and server keys derived from the password, never the password itself.
+
+The handshake (Flight's ``Handshake`` call, messages in order):
+
+1. client: ``{"mechanism": "SCRAM-SHA-256", "first": <client-first-message>}``
+   (or ``{"mechanism": "PLAIN", "username": ..., "password": ...}``, then straight to 4.)
+2. broker: the server-first message
+3. client: the client-final message (its proof); broker: the server-final message (the broker's
+   proof, which the client checks)
+4. broker: the session token
+
+Flight sends the token with every later call of that client, and the broker's ``is_valid`` turns it
+back into the principal. Tokens are signed with the broker's secret (HMAC-SHA256), so they live
+through a broker restart, and each call checks that the user still exists, so removing a user ends
+its sessions.
+"""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import hashlib
+import hmac
+import json
+import logging
+import secrets
+from collections.abc import Callable
+from typing import Any
+
+import pyarrow.flight as flight
+import scramp
+
+from sparklog.security.client_config import ClientSecurity
+from sparklog.security.principal import USER_TYPE, user_principal
+
+log = logging.getLogger(__name__)
+SCRAM_SHA_256 = "SCRAM-SHA-256"
+PLAIN = "PLAIN"
+DEFAULT_ITERATIONS = 8192  # Kafka's minimum is 4096
+MAX_MESSAGE = 4096  # bytes: a handshake message larger than this is refused before parsing
+_MECHANISM = scramp.ScramMechanism(SCRAM_SHA_256)
+_REFUSED = "authentication failed: unknown user or wrong password"
+
+
+@dataclasses.dataclass(frozen=True)
+class ScramCredential:
+    """A user's salted, iterated SCRAM-SHA-256 credential."""
+
+    salt: bytes
+    stored_key: bytes
+    server_key: bytes
+    iterations: int
+
+    @classmethod
+    def create(cls, password: str, iterations: int = DEFAULT_ITERATIONS) -> ScramCredential:
+        salt, stored_key, server_key, count = _MECHANISM.make_auth_info(password, iteration_count=iterations)
+        return cls(salt, stored_key, server_key, count)
+
+    def matches(self, password: str) -> bool:
+        """Whether ``password`` is the one this credential was made from (PLAIN's check)."""
+        _, stored_key, _, _ = _MECHANISM.make_auth_info(password, iteration_count=self.iterations, salt=self.salt)
+        return hmac.compare_digest(stored_key, self.stored_key)
+
+    def to_json(self) -> bytes:
+        encode = lambda b: base64.b64encode(b).decode()  # noqa: E731
+        return json.dumps(
+            {
+                "mechanism": SCRAM_SHA_256,
+                "salt": encode(self.salt),
+                "stored_key": encode(self.stored_key),
+                "server_key": encode(self.server_key),
+                "iterations": self.iterations,
+            }
+        ).encode()
+
+    @classmethod
+    def from_json(cls, data: bytes) -> ScramCredential:
+        raw = json.loads(data)
+        return cls(
+            base64.b64decode(raw["salt"]),
+            base64.b64decode(raw["stored_key"]),
+            base64.b64decode(raw["server_key"]),
+            int(raw["iterations"]),
+        )
+
+
+class SessionTokens:
+    """Signs and checks session tokens: ``<principal, base64>.<HMAC-SHA256 of it, hex>``."""
+
+    def __init__(self, secret: bytes) -> None:
+        if len(secret) < 32:
+            raise ValueError("a session secret needs at least 32 bytes")
+        self._secret = secret
+
+    def _sign(self, body: bytes) -> bytes:
+        return hmac.new(self._secret, body, hashlib.sha256).hexdigest().encode()
+
+    def issue(self, principal: str) -> bytes:
+        body = base64.urlsafe_b64encode(json.dumps({"p": principal, "n": secrets.token_hex(8)}).encode())
+        return body + b"." + self._sign(body)
+
+    def principal(self, token: bytes) -> str | None:
+        """The principal a token was issued to, or None if this broker did not sign it."""
+        body, _, signature = bytes(token).partition(b".")
+        if not body or not hmac.compare_digest(signature, self._sign(body)):
+            return None
+        try:
+            principal = json.loads(base64.urlsafe_b64decode(body))["p"]
+        except (ValueError, KeyError, TypeError):
+            return None
+        return principal if isinstance(principal, str) else None
+
+
+CredentialLookup = Callable[[str], "ScramCredential | None"]  # a user's credential, None if unknown
+
+
+def _read(incoming: Any, what: str) -> bytes:
+    message = incoming.read()
+    if message is None:
+        raise flight.FlightUnauthenticatedError(f"authentication failed: the client ended the handshake before {what}")
+    data = bytes(message)
+    if len(data) > MAX_MESSAGE:
+        raise flight.FlightUnauthenticatedError(f"authentication failed: {what} is larger than {MAX_MESSAGE} bytes")
+    return data
+
+
+class SaslServerAuth(flight.ServerAuthHandler):
+    """The broker's side of the handshake, and the check of every later call's token."""
+
+    def __init__(
+        self,
+        credentials: CredentialLookup,
+        user_exists: Callable[[str], bool],
+        tokens: SessionTokens,
+        mechanisms: tuple[str, ...],
+    ) -> None:
+        """``credentials``: read at each handshake; ``user_exists``: asked at every call (keep it cheap)."""
+        super().__init__()
+        self.credentials = credentials
+        self.user_exists = user_exists
+        self.tokens = tokens
+        self.mechanisms = mechanisms
+
+    def authenticate(self, outgoing: Any, incoming: Any) -> None:
+        try:
+            self._authenticate(outgoing, incoming)
+        except flight.FlightError:
+            raise
+        except Exception:  # a bug or a broken client: the reason stays in the broker's log
+            log.exception("SASL handshake failed unexpectedly")
+            raise flight.FlightUnauthenticatedError("authentication failed: the handshake could not be read") from None
+
+    def _authenticate(self, outgoing: Any, incoming: Any) -> None:
+        try:
+            opening = json.loads(_read(incoming, "its first message"))
+        except ValueError:
+            raise flight.FlightUnauthenticatedError("authentication failed: the first message is not JSON") from None
+        mechanism = opening.get("mechanism") if isinstance(opening, dict) else None
+        if mechanism not in self.mechanisms:
+            raise flight.FlightUnauthenticatedError(
+                f"authentication failed: SASL mechanism {str(mechanism)[:40]!r} is not enabled on this listener "
+                f"(enabled: {', '.join(self.mechanisms)})"
+            )
+        user = self._plain(opening) if mechanism == PLAIN else self._scram(opening, outgoing, incoming)
+        outgoing.write(self.tokens.issue(user_principal(user)))
+
+    def _plain(self, opening: dict[str, Any]) -> str:
+        user, password = opening.get("username"), opening.get("password")
+        if not isinstance(user, str) or not isinstance(password, str):
+            raise flight.FlightUnauthenticatedError("authentication failed: PLAIN needs a username and a password")
+        credential = self._lookup(user)
+        if credential is None or not credential.matches(password):
+            raise flight.FlightUnauthenticatedError(_REFUSED)
+        return user
+
+    def _lookup(self, user: str) -> ScramCredential | None:
+        try:
+            return self.credentials(user)
+        except Exception:  # an invalid name is an unknown user (and says nothing more)
+            return None
+
+    def _scram(self, opening: dict[str, Any], outgoing: Any, incoming: Any) -> str:
+        first = opening.get("first")
+        if not isinstance(first, str):
+            raise flight.FlightUnauthenticatedError("authentication failed: SCRAM needs the client-first message")
+        decoy = ScramCredential.create(secrets.token_hex(16), 4096)  # an unknown user fails like a wrong password
+        named: list[str] = []
+
+        def auth_info(user: str) -> tuple[bytes, bytes, bytes, int]:
+            named.append(user)
+            credential = self._lookup(user) or decoy
+            return credential.salt, credential.stored_key, credential.server_key, credential.iterations
+
+        server = _MECHANISM.make_server(auth_info)
+        try:
+            server.set_client_first(first)
+            outgoing.write(server.get_server_first().encode())
+            server.set_client_final(_read(incoming, "its proof").decode(errors="replace"))
+        except scramp.ScramException:
+            raise flight.FlightUnauthenticatedError(_REFUSED) from None
+        user = named[-1] if named else ""
+        if self._lookup(user) is None:
+            raise flight.FlightUnauthenticatedError(_REFUSED)
+        outgoing.write(server.get_server_final().encode())
+        return user
+
+    def is_valid(self, token: bytes) -> bytes:
+        principal = self.tokens.principal(token) if token else None
+        if principal is None:
+            raise flight.FlightUnauthenticatedError(
+                "this listener needs authentication: set security.protocol to SASL_SSL or SASL_PLAINTEXT with "
+                "sasl.username and sasl.password"
+            )
+        user = principal.removeprefix(f"{USER_TYPE}:")
+        if not self.user_exists(user):
+            raise flight.FlightUnauthenticatedError(f"user {user!r} no longer exists")
+        return principal.encode()
+
+
+class SaslClientAuth(flight.ClientAuthHandler):
+    """The client's side of the handshake (``FlightClient.authenticate``)."""
+
+    def __init__(self, security: ClientSecurity) -> None:
+        super().__init__()
+        self.security = security
+        self._token = b""
+
+    def authenticate(self, outgoing: Any, incoming: Any) -> None:
+        user, password = self.security.username or "", self.security.password or ""
+        if self.security.mechanism == PLAIN:
+            outgoing.write(json.dumps({"mechanism": PLAIN, "username": user, "password": password}).encode())
+        else:
+            client = scramp.ScramClient([SCRAM_SHA_256], user, password)
+            outgoing.write(json.dumps({"mechanism": SCRAM_SHA_256, "first": client.get_client_first()}).encode())
+            client.set_server_first(_read(incoming, "the server-first message").decode())
+            outgoing.write(client.get_client_final().encode())
+            try:
+                client.set_server_final(_read(incoming, "the broker's proof").decode())
+            except scramp.ScramException as exc:  # the broker does not know the password: not the real one
+                raise flight.FlightUnauthenticatedError(
+                    f"the broker failed to prove it knows the credential: {exc}"
+                ) from None
+        self._token = _read(incoming, "the session token")
+
+    def get_token(self) -> bytes:
+        return self._token

@@ -1,0 +1,92 @@
+"""A secured cluster for tests: a CA and broker certificate made by the test, SCRAM users in the
+test's ZooKeeper root, and each broker's properties file (one SASL_SSL listener on its port, and
+brokers authenticating to each other as ``User:broker``)."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+from kazoo.client import KazooClient
+
+from sparklog.coordination.zk_layout import ZkLayout, split_connect_string
+from sparklog.security.certificates import CertificateAuthority, CertificateFiles
+from sparklog.security.credential_store import CredentialStore
+
+HOST = "127.0.0.1"
+PASSWORDS = {"admin": "admin-secret", "broker": "broker-secret", "alice": "alice-secret", "bob": "bob-secret"}
+
+
+@dataclasses.dataclass
+class SecureSetup:
+    """Certificates and users of one secured test cluster."""
+
+    directory: Path
+    connect: str
+    ca: CertificateFiles
+    broker_cert: CertificateFiles
+    authority: CertificateAuthority
+
+    @classmethod
+    def create(cls, directory: Path, connect: str, users: dict[str, str] = PASSWORDS) -> SecureSetup:
+        directory.mkdir(parents=True, exist_ok=True)
+        authority = CertificateAuthority.create("test CA")
+        setup = cls(
+            directory, connect, authority.write(directory), authority.issue_files(directory, "broker"), authority
+        )
+        with setup.store() as store:
+            for user, password in users.items():
+                store.upsert(user, password, iterations=4096)
+        return setup
+
+    def store(self) -> _Store:
+        return _Store(self.connect)
+
+    def broker_config(self, port: int, extra: dict[str, str] | None = None) -> Path:
+        """The properties file of a broker listening (SASL_SSL) on ``port``."""
+        settings = {
+            "listeners": f"SASL_SSL://{HOST}:{port}",
+            "ssl.certificate.location": str(self.broker_cert.certificate),
+            "ssl.key.location": str(self.broker_cert.key),
+            "ssl.ca.location": str(self.ca.certificate),
+            "sasl.enabled.mechanisms": "SCRAM-SHA-256,PLAIN",
+            "super.users": "User:admin;User:broker",
+            "security.inter.broker.protocol": "SASL_SSL",
+            "inter.broker.sasl.username": "broker",
+            "inter.broker.sasl.password": PASSWORDS["broker"],
+            **(extra or {}),
+        }
+        path = self.directory / f"server-{port}.properties"
+        path.write_text("".join(f"{k}={v}\n" for k, v in settings.items()))
+        return path
+
+    def broker_args(self, _broker_id: int, port: int) -> tuple[str, ...]:
+        return ("--config", str(self.broker_config(port)))
+
+    def client(self, user: str = "admin", password: str | None = None, **more: str) -> dict[str, str]:
+        """Client settings of ``user`` (SASL_SSL, SCRAM-SHA-256)."""
+        return {
+            "security.protocol": "SASL_SSL",
+            "ssl.ca.location": str(self.ca.certificate),
+            "sasl.mechanism": "SCRAM-SHA-256",
+            "sasl.username": user,
+            "sasl.password": PASSWORDS.get(user, "") if password is None else password,
+            **more,
+        }
+
+
+class _Store:
+    """A :class:`CredentialStore` on its own ZooKeeper session (a context manager)."""
+
+    def __init__(self, connect: str) -> None:
+        hosts, root = split_connect_string(connect)
+        self.zk = KazooClient(hosts=hosts, timeout=10.0)
+        self.layout = ZkLayout(root)
+
+    def __enter__(self) -> CredentialStore:
+        self.zk.start(timeout=15.0)
+        return CredentialStore(self.zk, self.layout)
+
+    def __exit__(self, *_: object) -> None:
+        self.zk.stop()
+        self.zk.close()
