@@ -161,6 +161,8 @@ def test_hosts() -> None:
             parse_host(bad)
     assert host_of_peer("ipv4:10.0.0.5:53412") == "10.0.0.5"
     assert host_of_peer("ipv6:[::1]:53412") == "::1"
+    assert host_of_peer("ipv6:[0:0::1]:53412") == "::1"
+    assert host_of_peer("ipv6:[::ffff:10.0.0.5]:53412") == "10.0.0.5"  # an IPv4 client of a dual-stack listener
     assert host_of_peer("unix:/tmp/socket") == "unix:/tmp/socket"
 
 

@@ -12,6 +12,7 @@ current by ZooKeeper watches); tests pass a plain list of bindings.
 
 from __future__ import annotations
 
+import ipaddress
 import logging
 from collections.abc import Iterable
 from typing import Protocol, runtime_checkable
@@ -46,13 +47,19 @@ def parse_super_users(text: str) -> set[str]:
 
 def host_of_peer(peer: str) -> str:
     """The client's IP address in a gRPC peer string, as ACLs name hosts: ``ipv4:10.0.0.5:53412`` ->
-    ``10.0.0.5``, ``ipv6:[::1]:53412`` -> ``::1`` (any other form is returned unchanged; it matches only
-    ACLs on every host)."""
+    ``10.0.0.5``, ``ipv6:[::1]:53412`` -> ``::1``, ``ipv6:[::ffff:10.0.0.5]:53412`` -> ``10.0.0.5``
+    (any other form is returned unchanged; it matches only ACLs on every host)."""
     kind, sep, address = peer.partition(":")
     if not sep or kind not in ("ipv4", "ipv6"):
         return peer
     host = address.rpartition(":")[0] or address
-    return host[1:-1] if host.startswith("[") and host.endswith("]") else host
+    host = host[1:-1] if host.startswith("[") and host.endswith("]") else host
+    try:
+        ip = ipaddress.ip_address(host)
+    except ValueError:
+        return host
+    mapped = ip.ipv4_mapped if isinstance(ip, ipaddress.IPv6Address) else None
+    return str(mapped or ip)
 
 
 class Authorizer:
