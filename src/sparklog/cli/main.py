@@ -1,7 +1,7 @@
 """The ``sparklog`` command line: one sub-command per job, errors as one clear line on stderr.
 
 The commands live in ``sparklog.cli.<module>``: ``cluster`` (up, zookeeper, broker), ``topics``,
-``produce``, ``consume``, ``groups``, ``log`` (verify a data dir); ``bench`` is here. Every command
+``produce``, ``consume``, ``groups``, ``acls``, ``log`` (verify a data dir); ``bench`` is here. Every command
 takes ``--zookeeper`` (before or after the command name; env ``SPARKLOG_ZOOKEEPER``, default ``127.0.0.1:2181``).
 """
 
@@ -14,6 +14,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import NoReturn
 
+from sparklog.cli.acls import add_acls
 from sparklog.cli.bench import add_bench
 from sparklog.cli.cluster import add_broker, add_up, add_zookeeper
 from sparklog.cli.common import DEFAULT_ZOOKEEPER, ZOOKEEPER_ENV, CliError
@@ -48,6 +49,7 @@ COMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [
     add_groups,
     add_partitions,
     add_schemas,
+    add_acls,
     add_log,
     add_bench,
     add_fuzz,

@@ -24,6 +24,7 @@ group name checks the name first (:mod:`sparklog.names`), so no name can walk Zo
 
 from __future__ import annotations
 
+from sparklog.errors import InvalidRequest
 from sparklog.names import check_group_id, check_topic_name, check_user_name
 
 DEFAULT_ROOT = "/sparklog"
@@ -128,3 +129,19 @@ class ZkLayout:
     @property
     def acls(self) -> str:
         return f"{self.root}/security/acls"
+
+    def acl_resources(self, pattern_type: str, resource_type: str) -> str:
+        """The parent of the ACL znodes of one pattern type (``literal``) and resource type (``Topic``)."""
+        return f"{self.acls}/{_component(pattern_type)}/{_component(resource_type)}"
+
+    def acl_resource(self, pattern_type: str, resource_type: str, name: str) -> str:
+        """The znode holding the ACLs of one resource pattern (its name checked by
+        :class:`sparklog.security.acls.ResourcePattern`; here only that it is one path component)."""
+        return f"{self.acl_resources(pattern_type, resource_type)}/{_component(name)}"
+
+
+def _component(name: str) -> str:
+    """``name`` if it is one path component (not empty, no ``/``, not ``.`` or ``..``)."""
+    if not name or "/" in name or name in (".", ".."):
+        raise InvalidRequest(f"{name!r:.80} cannot be a ZooKeeper path component")
+    return name

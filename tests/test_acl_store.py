@@ -1,0 +1,244 @@
+"""ACLs in a real ZooKeeper: the store (add, remove, list, concurrent writers) and the broker's cache
+(kept current by watches)."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Callable, Iterator
+
+import pytest
+from kazoo.client import KazooClient
+
+from sparklog.coordination.zk_layout import ZkLayout
+from sparklog.coordination.zookeeper_server import EmbeddedZooKeeper
+from sparklog.errors import InvalidRequest
+from sparklog.security.acl_store import AclCache, AclStore
+from sparklog.security.acls import (
+    CLUSTER_NAME,
+    AclBinding,
+    Operation,
+    PatternType,
+    ResourcePattern,
+    ResourceType,
+)
+from sparklog.security.authorizer import Authorizer
+
+LAYOUT = ZkLayout("/sparklog")
+TOPIC = ResourcePattern(ResourceType.TOPIC, "events")
+
+
+def acl(
+    principal: str = "User:alice",
+    operation: str = "Read",
+    pattern: ResourcePattern = TOPIC,
+    permission: str = "Allow",
+    host: str = "*",
+) -> AclBinding:
+    return AclBinding.parse(pattern, principal, host, operation, permission)
+
+
+@pytest.fixture
+def store(zk_client: KazooClient) -> AclStore:
+    return AclStore(zk_client, LAYOUT)
+
+
+@pytest.fixture
+def second_client(zookeeper: EmbeddedZooKeeper, zk_client: KazooClient) -> Iterator[KazooClient]:
+    """Another session on the chroot of ``zk_client`` (another admin's, or a broker's)."""
+    client = KazooClient(hosts=zookeeper.connect_string + zk_client.chroot, timeout=10.0)
+    client.start(timeout=15.0)
+    try:
+        yield client
+    finally:
+        client.stop()
+        client.close()
+
+
+def wait_until(condition: Callable[[], bool], timeout: float = 5.0) -> float:
+    """Seconds until ``condition()`` held (fails the test after ``timeout``)."""
+    start = time.monotonic()
+    while not condition():
+        assert time.monotonic() - start < timeout, "condition not met in time"
+        time.sleep(0.01)
+    return time.monotonic() - start
+
+
+def test_add_list_remove_round_trip(store: AclStore, zk_client: KazooClient) -> None:
+    group = ResourcePattern(ResourceType.GROUP, "etl-", PatternType.PREFIXED)
+    cluster = ResourcePattern.cluster()
+    bindings = [
+        acl(operation="Read"),
+        acl(operation="Write", principal="User:bob", host="10.0.0.5"),
+        acl(operation="All", principal="User:*", permission="Deny", pattern=ResourcePattern(ResourceType.TOPIC, "*")),
+        acl(operation="Read", pattern=group),
+        acl(operation="ClusterAction", principal="User:broker", pattern=cluster),
+    ]
+    assert store.add(bindings) == bindings
+    assert store.add([bindings[0], bindings[1]]) == []  # already there: nothing added, nothing doubled
+
+    listed = store.list_acls()
+    assert sorted(listed, key=str) == sorted(bindings, key=str)
+    assert len(listed) == len(bindings)
+
+    # the documented layout: one znode per pattern, {"acls": [entries]}
+    data, _ = zk_client.get("/sparklog/security/acls/literal/Topic/events")
+    assert json.loads(data) == {
+        "acls": [
+            {"principal": "User:alice", "host": "*", "operation": "Read", "permission": "Allow"},
+            {"principal": "User:bob", "host": "10.0.0.5", "operation": "Write", "permission": "Allow"},
+        ]
+    }
+    assert zk_client.exists("/sparklog/security/acls/prefixed/Group/etl-")
+    assert zk_client.exists(f"/sparklog/security/acls/literal/Cluster/{CLUSTER_NAME}")
+    assert zk_client.exists("/sparklog/security/acls/literal/Topic/*")
+
+    # filters
+    assert store.list_acls(ResourceType.TOPIC, "events", PatternType.LITERAL) == [bindings[0], bindings[1]]
+    assert store.list_acls(principal="User:bob") == [bindings[1]]
+    assert store.list_acls(ResourceType.GROUP) == [bindings[3]]
+    assert store.list_acls(pattern_type=PatternType.PREFIXED) == [bindings[3]]
+    assert store.list_acls(ResourceType.CLUSTER, CLUSTER_NAME) == [bindings[4]]
+    assert store.list_acls(ResourceType.TOPIC, "nothing-here") == []
+
+    # remove some: only what was there is reported; the last ACL of a pattern takes its znode along
+    assert store.remove([bindings[0], acl(operation="Delete")]) == [bindings[0]]
+    assert store.list_acls(ResourceType.TOPIC, "events", PatternType.LITERAL) == [bindings[1]]
+    assert store.remove([bindings[1]]) == [bindings[1]]
+    assert not zk_client.exists("/sparklog/security/acls/literal/Topic/events")
+    assert store.remove([bindings[1]]) == []
+
+    assert store.remove_all(group) == [bindings[3]]
+    assert store.remove_all(group) == []
+    assert sorted(store.list_acls(), key=str) == sorted([bindings[2], bindings[4]], key=str)
+
+
+def test_malformed_znode_is_a_clear_error(store: AclStore, zk_client: KazooClient) -> None:
+    zk_client.create("/sparklog/security/acls/literal/Topic/events", b'{"acls": [{"principal": "bob"}]}', makepath=True)
+    with pytest.raises(InvalidRequest, match="the ACLs of topic 'events' in ZooKeeper are malformed"):
+        store.list_acls()
+    with pytest.raises(InvalidRequest, match="malformed"):
+        store.add([acl()])
+
+
+def test_concurrent_adds_from_two_clients_keep_every_entry(
+    store: AclStore, zk_client: KazooClient, second_client: KazooClient
+) -> None:
+    """Two writers (separate ZooKeeper sessions, as two admins) add to the same pattern at once: each
+    read-edit-write that lost the race is done again, so no entry is lost."""
+    stores = [store, AclStore(second_client, LAYOUT)]
+    per_writer = 40
+    wanted = [
+        [acl(principal=f"User:w{w}-{i}", operation="Write") for i in range(per_writer)] for w in range(len(stores))
+    ]
+    start = threading.Barrier(len(stores))
+    errors: list[BaseException] = []
+
+    def write(w: int) -> None:
+        try:
+            start.wait()
+            for binding in wanted[w]:
+                assert stores[w].add([binding]) == [binding]
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=write, args=(w,)) for w in range(len(stores))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert not errors, errors
+    _, stat = zk_client.get("/sparklog/security/acls/literal/Topic/events")
+    stored = store.list_acls(ResourceType.TOPIC, "events")
+    assert set(stored) == {b for bs in wanted for b in bs}
+    assert len(stored) == len(stores) * per_writer
+    assert stat.version == len(stores) * per_writer - 1  # one write per add: none overwrote another
+
+
+def test_concurrent_add_and_remove_of_one_pattern(store: AclStore, second_client: KazooClient) -> None:
+    keep = [acl(principal=f"User:keep{i}") for i in range(30)]
+    drop = [acl(principal=f"User:drop{i}") for i in range(30)]
+    store.add(drop)
+    other = AclStore(second_client, LAYOUT)
+    start = threading.Barrier(2)
+
+    def adder() -> None:
+        start.wait()
+        for binding in keep:
+            store.add([binding])
+
+    def remover() -> None:
+        start.wait()
+        for binding in drop:
+            other.remove([binding])
+
+    threads = [threading.Thread(target=adder), threading.Thread(target=remover)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert set(store.list_acls()) == set(keep)
+
+
+def test_cache_loads_and_follows_adds_and_removes(store: AclStore, second_client: KazooClient) -> None:
+    before = acl(operation="Write")
+    store.add([before])
+    cache = AclCache(second_client, LAYOUT).start()
+    try:
+        authorizer = Authorizer(cache, super_users={"User:admin"})
+        assert cache.bindings() == [before]  # loaded by start()
+        assert authorizer.authorize("User:alice", "10.0.0.5", Operation.WRITE, ResourceType.TOPIC, "events")
+        assert not authorizer.authorize("User:bob", "10.0.0.5", Operation.READ, ResourceType.TOPIC, "events-2")
+
+        # an add on a new pattern (a new znode: the parent's watch) and on an existing one (its data watch)
+        prefixed = acl(
+            principal="User:bob", pattern=ResourcePattern(ResourceType.TOPIC, "events-", PatternType.PREFIXED)
+        )
+        store.add([prefixed])
+        wait_until(lambda: authorizer.authorize("User:bob", "10.0.0.5", Operation.READ, ResourceType.TOPIC, "events-2"))
+        deny = acl(operation="Write", principal="User:*", permission="Deny")
+        store.add([deny])
+        took = wait_until(
+            lambda: not authorizer.authorize("User:alice", "10.0.0.5", Operation.WRITE, ResourceType.TOPIC, "events")
+        )
+        assert took < 1.0
+        assert set(cache.bindings()) == {before, prefixed, deny}
+
+        # a removal takes effect within a second
+        store.remove([prefixed])
+        took = wait_until(
+            lambda: not authorizer.authorize("User:bob", "10.0.0.5", Operation.READ, ResourceType.TOPIC, "events-2")
+        )
+        assert took < 1.0
+        store.remove([deny])
+        wait_until(
+            lambda: authorizer.authorize("User:alice", "10.0.0.5", Operation.WRITE, ResourceType.TOPIC, "events")
+        )
+        store.remove([before])
+        wait_until(lambda: cache.bindings() == [])
+        assert not authorizer.authorize("User:alice", "10.0.0.5", Operation.WRITE, ResourceType.TOPIC, "events")
+
+        # a pattern removed then added again is followed again (its watch was set anew)
+        store.add([before])
+        wait_until(lambda: cache.bindings() == [before])
+        store.add([deny])
+        wait_until(lambda: set(cache.bindings()) == {before, deny})
+    finally:
+        cache.close()
+
+
+def test_cache_ignores_a_malformed_znode_and_recovers(
+    store: AclStore, zk_client: KazooClient, second_client: KazooClient
+) -> None:
+    cache = AclCache(second_client, LAYOUT).start()
+    try:
+        good = acl(pattern=ResourcePattern(ResourceType.GROUP, "etl"))
+        store.add([good])
+        zk_client.create("/sparklog/security/acls/literal/Topic/events", b"not json", makepath=True)
+        zk_client.create("/sparklog/security/acls/literal/Topic/a b", b"{}", makepath=True)  # no topic has that name
+        wait_until(lambda: cache.bindings() == [good])
+        zk_client.set("/sparklog/security/acls/literal/Topic/events", json.dumps({"acls": [acl().to_entry()]}).encode())
+        wait_until(lambda: set(cache.bindings()) == {good, acl()})
+    finally:
+        cache.close()
