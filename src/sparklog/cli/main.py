@@ -2,7 +2,9 @@
 
 The commands live in ``sparklog.cli.<module>``: ``cluster`` (up, zookeeper, broker), ``topics``,
 ``produce``, ``consume``, ``groups``, ``log`` (verify a data dir); ``bench`` is here. Every command
-takes ``--zookeeper`` (before or after the command name; env ``SPARKLOG_ZOOKEEPER``, default ``127.0.0.1:2181``).
+takes ``--zookeeper`` (before or after the command name; env ``SPARKLOG_ZOOKEEPER``, default ``127.0.0.1:2181``);
+every client command (topics, produce, consume, groups, partitions, schemas) also takes
+``--bootstrap-server HOST:PORT[,...]`` (env ``SPARKLOG_BOOTSTRAP_SERVERS``), and then needs no ZooKeeper.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from typing import NoReturn
 
 from sparklog.cli.bench import add_bench
 from sparklog.cli.cluster import add_broker, add_up, add_zookeeper
-from sparklog.cli.common import DEFAULT_ZOOKEEPER, ZOOKEEPER_ENV, CliError
+from sparklog.cli.common import BOOTSTRAP_ENV, DEFAULT_ZOOKEEPER, ZOOKEEPER_ENV, CliError
 from sparklog.cli.consume import add_consume
 from sparklog.cli.fuzz import add_fuzz
 from sparklog.cli.groups import add_groups
@@ -61,6 +63,13 @@ def build_parser() -> argparse.ArgumentParser:
         default=argparse.SUPPRESS,
         metavar="HOST:PORT[/chroot]",
         help=f"ZooKeeper to use (env {ZOOKEEPER_ENV}, default {DEFAULT_ZOOKEEPER}); also accepted after the command",
+    )
+    parser.add_argument(
+        "--bootstrap-server",
+        dest="bootstrap_server",
+        default=argparse.SUPPRESS,
+        metavar="HOST:PORT[,...]",
+        help=f"brokers to bootstrap from: client commands then need no ZooKeeper (env {BOOTSTRAP_ENV})",
     )
     parser.add_argument(
         "--debug",
@@ -109,6 +118,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     env = os.environ.get(ZOOKEEPER_ENV) or None
     args.zookeeper_given = bool(given or env)  # `up` starts its own ZooKeeper only when none is named
     args.zookeeper = given or env or DEFAULT_ZOOKEEPER
+    args.bootstrap_servers = getattr(args, "bootstrap_server", None) or os.environ.get(BOOTSTRAP_ENV) or None
     if args.debug:
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     elif not getattr(args, "logs", False):
