@@ -418,6 +418,7 @@ def test_spark_job_through_bootstrap_servers_opens_no_zookeeper_session(
         (
             batch.selectExpr("value")
             .write.format("sparklog")
+            .mode("append")
             .option("bootstrap.servers", servers)
             .option("topic", target)
             .save()
