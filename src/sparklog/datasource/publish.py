@@ -38,6 +38,7 @@ import pyarrow as pa
 import pyarrow.flight as flight
 
 from sparklog import wire
+from sparklog.coordination.sink_state import SinkConflict as SinkConflict  # raised by a state write; named here
 from sparklog.datasource import connections
 from sparklog.datasource.options import WriteOptions
 from sparklog.errors import DuplicateSequence, OffsetOutOfRange, SparklogError
