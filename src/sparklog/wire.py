@@ -37,6 +37,22 @@
   "producer_id", "sequence", "schema_version"?}, ...]}`` -> ``{"results": [{"base_offset",
   "last_offset", "count"}, ...]}`` copies source offset ranges to partitions the same broker leads
   (:mod:`sparklog.broker.record_copy`).
+- **Cluster actions** (any broker answers them from its ZooKeeper view, Kafka's Metadata,
+  OffsetCommit/OffsetFetch and CreateTopics/DeleteTopics/AlterConfigs; clients given
+  ``bootstrap.servers`` need nothing else: :mod:`sparklog.broker.cluster_requests`):
+  ``metadata`` ``{"topics": [names] | null (all), "describe"?: true}`` -> ``{"brokers": [{"id",
+  "host", "port"}], "topics": [{"name", "replicas", "configs", "partitions": [{"leader",
+  "leader_epoch", "isr"} | null], "schemas": [{"version", "schema"}]} | {"name", "error",
+  "message"}]}`` (with ``"describe": false`` topics are ``{"name"}`` only);
+  ``offset_commit`` ``{"group", "offsets": {topic: {"<partition>": offset}}}`` -> ``{}`` and
+  ``offset_fetch`` ``{"group", "topic"?}`` -> ``{"offsets": {topic: {"<partition>": offset}}}``
+  (the znodes ``consumers/<g>/offsets/<t>/<p>``); ``list_groups`` -> ``{"groups"}``;
+  ``create_topic`` ``{"name", "partitions", "replication_factor", "configs"?, "value_schema"?,
+  "internal"?}``, ``alter_configs`` ``{"name", "configs", "internal"?}`` -> the topic's
+  ``{"name", "replicas", "configs"}``; ``delete_topic`` ``{"name", "internal"?}`` -> ``{}``;
+  ``register_schema`` ``{"topic", "schema"}`` -> ``{"version", "schema"}``; ``sink_state``
+  ``{"op": "read"|"write"|"delete", "sink", "state"?, "version"?}`` -> ``{"state", "version"}``
+  (the Spark sink's compare-and-set state, :mod:`sparklog.coordination.sink_state`).
 - **Security**: a listener may use TLS (``grpc+tls``) and SASL; a SASL client authenticates with
   Flight's ``Handshake`` call first (SCRAM-SHA-256 or PLAIN: :mod:`sparklog.security.scram`) and
   sends the session token it got with every later call.
@@ -65,6 +81,26 @@ LIST_OFFSETS = "list_offsets"
 OFFSETS_FOR_LEADER_EPOCH = "offsets_for_leader_epoch"
 PING = "ping"
 COPY_RECORDS = "copy_records"
+METADATA = "metadata"
+OFFSET_COMMIT = "offset_commit"
+OFFSET_FETCH = "offset_fetch"
+LIST_GROUPS = "list_groups"
+CREATE_TOPIC = "create_topic"
+DELETE_TOPIC = "delete_topic"
+ALTER_CONFIGS = "alter_configs"
+REGISTER_SCHEMA = "register_schema"
+SINK_STATE = "sink_state"
+CLUSTER_ACTIONS = (
+    METADATA,
+    OFFSET_COMMIT,
+    OFFSET_FETCH,
+    LIST_GROUPS,
+    CREATE_TOPIC,
+    DELETE_TOPIC,
+    ALTER_CONFIGS,
+    REGISTER_SCHEMA,
+    SINK_STATE,
+)
 
 
 # gRPC waits up to 120 s between reconnection attempts to a peer that went away; a broker that

@@ -24,6 +24,7 @@ from kazoo.recipe.watchers import ChildrenWatch, DataWatch
 
 from sparklog import wire
 from sparklog.broker.call_limits import DEFAULT_MAX_CALLS_PER_IP
+from sparklog.broker.cluster_requests import ClusterRequests
 from sparklog.broker.controller import Controller
 from sparklog.broker.listeners import open_listeners
 from sparklog.broker.log_manager import DEFAULT_PRODUCER_ID_EXPIRATION_MS, LogManager
@@ -103,6 +104,7 @@ class Broker:
         self.server: BrokerServer | None = None  # the first listener's
         self.servers: list[BrokerServer] = []
         self.endpoints: list[Listener] = []  # advertised, with the ports bound
+        self.cluster_requests: ClusterRequests | None = None  # clients' metadata, offsets and admin
         self.controller: Controller | None = None
         self.zk_connected = False
         self._clients: dict[str, flight.FlightClient] = {}
@@ -119,6 +121,9 @@ class Broker:
         self.registry = SchemaRegistry.from_cluster(self.cluster)
         self.zk_connected = True
         self.cluster.zk.add_listener(self._on_zk_state)
+        self.cluster_requests = ClusterRequests(
+            self.cluster, self.registry, lambda: self.live_brokers, self.topic_metadata, self.schemas_of
+        )
         guard = ReplicaGuard(self._registered_principal, self.security.broker_principal)
         bound = open_listeners(
             self, self.security, self.cluster.zk, self.cluster.layout, self.data_dir, self.max_calls_per_ip, guard
@@ -545,6 +550,14 @@ class Broker:
         if meta is None:
             raise UnknownTopic(f"unknown topic {topic!r}")
         return meta
+
+    def schemas_of(self, topic: str) -> list[ValueSchema]:
+        """A topic's value schema versions, oldest first ([] for a plain topic): as the watches keep
+        them, or read now for a topic whose watch has not read them yet."""
+        if topic in self._schemas_read:
+            return list(self.value_schemas.get(topic, ()))
+        assert self.registry is not None
+        return self.registry.all(topic)
 
     def leader_partition(self, topic: str, p: int, for_write: bool = False) -> Partition:
         """A partition this broker leads (NotLeader or UnknownTopic otherwise). Writes also need a

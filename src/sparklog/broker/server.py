@@ -336,6 +336,8 @@ class BrokerServer(flight.FlightServerBase):
                 if self.stopping:
                     raise NotLeader(f"broker {self.broker.broker_id} is shutting down")
                 result = copy_records(self.broker, request)
+            elif self.broker.cluster_requests is not None and action.type in self.broker.cluster_requests.actions:
+                result = self.broker.cluster_requests.answer(action.type, request)
             else:
                 raise InvalidRequest(f"unknown action {action.type!r}"[:200])
         return iter([wire.encode(result)])
@@ -346,6 +348,7 @@ class BrokerServer(flight.FlightServerBase):
             (wire.LIST_OFFSETS, "log start/end offsets, high watermark, offset for a time"),
             (wire.OFFSETS_FOR_LEADER_EPOCH, "where an epoch ends in the leader's log (follower truncation)"),
             (wire.COPY_RECORDS, "copy offset ranges to partitions this broker leads (idempotent)"),
+            *((name, "cluster metadata, group offsets, topic administration") for name in wire.CLUSTER_ACTIONS),
         ]
 
     def _list_offsets(self, request: dict[str, Any]) -> dict[str, Any]:

@@ -11,6 +11,7 @@ from typing import Any, TextIO
 
 DEFAULT_ZOOKEEPER = "127.0.0.1:2181"
 ZOOKEEPER_ENV = "SPARKLOG_ZOOKEEPER"
+BOOTSTRAP_ENV = "SPARKLOG_BOOTSTRAP_SERVERS"
 
 
 # how long a command rides out a leader failover before it reports the error (a failover takes
@@ -30,6 +31,31 @@ def add_zookeeper_option(parser: argparse.ArgumentParser) -> None:
         default=argparse.SUPPRESS,
         metavar="HOST:PORT[/chroot]",
         help=f"ZooKeeper to use (env {ZOOKEEPER_ENV}, default {DEFAULT_ZOOKEEPER})",
+    )
+
+
+def add_cluster_options(parser: argparse.ArgumentParser) -> None:
+    """``--zookeeper`` and ``--bootstrap-server`` on a client command: given bootstrap servers (or
+    env ``SPARKLOG_BOOTSTRAP_SERVERS``) the command talks to brokers only and needs no ZooKeeper."""
+    add_zookeeper_option(parser)
+    parser.add_argument(
+        "--bootstrap-server",
+        dest="bootstrap_server",
+        default=argparse.SUPPRESS,
+        metavar="HOST:PORT[,...]",
+        help=f"brokers to bootstrap from instead of ZooKeeper (env {BOOTSTRAP_ENV})",
+    )
+    add_command_config_option(parser)
+
+
+def add_command_config_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--command-config",
+        dest="command_config",
+        default=argparse.SUPPRESS,
+        metavar="FILE",
+        help="client settings (properties file, as Kafka's tools take): security.protocol, ssl.ca.location, "
+        "sasl.mechanism, sasl.username, sasl.password...",
     )
 
 
@@ -98,12 +124,39 @@ def check_zookeeper(connect: str) -> None:
         )
 
 
+def bootstrap_servers(args: argparse.Namespace) -> str | None:
+    """The command's ``--bootstrap-server`` (or env ``SPARKLOG_BOOTSTRAP_SERVERS``), if any."""
+    return getattr(args, "bootstrap_servers", None)
+
+
+def client_config(args: argparse.Namespace) -> dict[str, str]:
+    """The client settings of ``--command-config`` (security), if given."""
+    return dict(getattr(args, "client_config", None) or {})
+
+
 def admin(args: argparse.Namespace) -> Any:
-    """A connected :class:`sparklog.Admin` for the command's ``--zookeeper``."""
+    """A connected :class:`sparklog.Admin`: through ``--bootstrap-server`` if given (brokers only),
+    else ``--zookeeper``."""
     from sparklog.client.admin import Admin
 
+    servers = bootstrap_servers(args)
+    if servers:
+        return Admin(bootstrap_servers=servers, config=client_config(args))
     check_zookeeper(args.zookeeper)
-    return Admin(args.zookeeper)
+    return Admin(args.zookeeper, config=client_config(args))
+
+
+def cluster_client(args: argparse.Namespace) -> Any:
+    """A :class:`ClusterClient` (metadata and leaders) for ``--bootstrap-server`` or ``--zookeeper``;
+    ``close()`` it."""
+    from sparklog.client.cluster_address import resolve
+    from sparklog.client.cluster_client import ClusterClient
+
+    servers = bootstrap_servers(args)
+    if not servers:
+        check_zookeeper(args.zookeeper)
+    address = resolve(args.zookeeper, servers, client_config(args))
+    return ClusterClient.connect(address, retry_timeout_s=CLI_RETRY_TIMEOUT_S)
 
 
 def cluster_metadata(args: argparse.Namespace) -> Any:

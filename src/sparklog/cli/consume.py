@@ -10,7 +10,15 @@ import sys
 import time
 from typing import Any
 
-from sparklog.cli.common import CLI_RETRY_TIMEOUT_S, CliError, add_zookeeper_option, cluster_metadata, parse_time
+from sparklog.cli.common import (
+    CLI_RETRY_TIMEOUT_S,
+    CliError,
+    add_cluster_options,
+    bootstrap_servers,
+    client_config,
+    cluster_client,
+    parse_time,
+)
 
 # With a group, committed offsets are written at most this often while records flow (and at exit).
 COMMIT_INTERVAL_S = 1.0
@@ -61,7 +69,7 @@ def add_consume(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--print-key", action="store_true", help="text format: print key<SEP>value")
     p.add_argument("--key-separator", default="\t", metavar="SEP", help="text format: key separator (default tab)")
     p.add_argument("--quiet", "-q", action="store_true", help="do not print the count on standard error")
-    add_zookeeper_option(p)
+    add_cluster_options(p)
     p.set_defaults(handler=run_consume)
 
 
@@ -150,8 +158,11 @@ def run_consume(args: argparse.Namespace) -> int:
     from sparklog.client.consumer import Consumer
 
     _check_options(args)
-    with cluster_metadata(args) as cluster:  # a clear error for an unknown topic or partition
-        partitions = cluster.topic(args.topic).partitions
+    client = cluster_client(args)
+    try:  # a clear error for an unknown topic or partition
+        partitions = client.topic(args.topic).partitions
+    finally:
+        client.close()
     if args.partition is not None and args.partition >= partitions:
         raise CliError(f"topic {args.topic!r} has {partitions} partition(s); partition {args.partition} does not exist")
 
@@ -175,6 +186,8 @@ def run_consume(args: argparse.Namespace) -> int:
             args.topic,
             group=args.group,
             zookeeper=args.zookeeper,
+            bootstrap_servers=bootstrap_servers(args),
+            config=client_config(args),
             auto_offset_reset="earliest" if args.from_beginning else "latest",
             partitions=None if args.partition is None else [args.partition],
             retry_timeout_s=CLI_RETRY_TIMEOUT_S,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from sparklog.cli.common import add_zookeeper_option, admin, parse_time, print_table
+from sparklog.cli.common import add_cluster_options, admin, parse_time, print_table
 
 DESCRIBE_HEADERS = ("TOPIC", "PARTITION", "COMMITTED-OFFSET", "LOG-END-OFFSET", "LAG")
 RESET_HEADERS = ("TOPIC", "PARTITION", "NEW-OFFSET")
@@ -16,7 +16,7 @@ def add_groups(sub: argparse._SubParsersAction) -> None:
     gsub = groups.add_subparsers(dest="groups_command", required=True, metavar="ACTION")
 
     p = gsub.add_parser("list", help="list the consumer groups, one name per line")
-    add_zookeeper_option(p)
+    add_cluster_options(p)
     p.set_defaults(handler=_list)
 
     p = gsub.add_parser(
@@ -28,7 +28,7 @@ def add_groups(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("group", metavar="GROUP")
     p.add_argument("--json", action="store_true", help="print one JSON object per partition instead of a table")
-    add_zookeeper_option(p)
+    add_cluster_options(p)
     p.set_defaults(handler=_describe)
 
     p = gsub.add_parser(
@@ -48,7 +48,7 @@ def add_groups(sub: argparse._SubParsersAction) -> None:
         metavar="ISO",
         help="to the first record at or after an ISO 8601 time (no offset = UTC) or epoch milliseconds",
     )
-    add_zookeeper_option(p)
+    add_cluster_options(p)
     p.set_defaults(handler=_reset)
 
 

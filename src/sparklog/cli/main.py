@@ -1,8 +1,10 @@
 """The ``sparklog`` command line: one sub-command per job, errors as one clear line on stderr.
 
 The commands live in ``sparklog.cli.<module>``: ``cluster`` (up, zookeeper, broker), ``topics``,
-``produce``, ``consume``, ``groups``, ``acls``, ``log`` (verify a data dir); ``bench`` is here. Every command
-takes ``--zookeeper`` (before or after the command name; env ``SPARKLOG_ZOOKEEPER``, default ``127.0.0.1:2181``).
+``produce``, ``consume``, ``groups``, ``acls``, ``users``, ``log`` (verify a data dir); ``bench`` is here. Every command
+takes ``--zookeeper`` (before or after the command name; env ``SPARKLOG_ZOOKEEPER``, default ``127.0.0.1:2181``);
+every client command (topics, produce, consume, groups, partitions, schemas) also takes
+``--bootstrap-server HOST:PORT[,...]`` (env ``SPARKLOG_BOOTSTRAP_SERVERS``), and then needs no ZooKeeper.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from typing import NoReturn
 from sparklog.cli.acls import add_acls
 from sparklog.cli.bench import add_bench
 from sparklog.cli.cluster import add_broker, add_up, add_zookeeper
-from sparklog.cli.common import DEFAULT_ZOOKEEPER, ZOOKEEPER_ENV, CliError
+from sparklog.cli.common import BOOTSTRAP_ENV, DEFAULT_ZOOKEEPER, ZOOKEEPER_ENV, CliError, add_command_config_option
 from sparklog.cli.consume import add_consume
 from sparklog.cli.fuzz import add_fuzz
 from sparklog.cli.groups import add_groups
@@ -26,7 +28,9 @@ from sparklog.cli.partitions import add_partitions
 from sparklog.cli.produce import add_produce
 from sparklog.cli.schemas import add_schemas
 from sparklog.cli.topics import add_topics
+from sparklog.cli.users import add_users
 from sparklog.errors import SparklogError
+from sparklog.security.client_config import load_properties
 
 DEBUG_ENV = "SPARKLOG_DEBUG"
 __all__ = ["DEFAULT_ZOOKEEPER", "CliError", "build_parser", "main"]
@@ -50,6 +54,7 @@ COMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [
     add_partitions,
     add_schemas,
     add_acls,
+    add_users,
     add_log,
     add_bench,
     add_fuzz,
@@ -64,6 +69,14 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="HOST:PORT[/chroot]",
         help=f"ZooKeeper to use (env {ZOOKEEPER_ENV}, default {DEFAULT_ZOOKEEPER}); also accepted after the command",
     )
+    parser.add_argument(
+        "--bootstrap-server",
+        dest="bootstrap_server",
+        default=argparse.SUPPRESS,
+        metavar="HOST:PORT[,...]",
+        help=f"brokers to bootstrap from: client commands then need no ZooKeeper (env {BOOTSTRAP_ENV})",
+    )
+    add_command_config_option(parser)
     parser.add_argument(
         "--debug",
         action="store_true",
@@ -111,11 +124,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     env = os.environ.get(ZOOKEEPER_ENV) or None
     args.zookeeper_given = bool(given or env)  # `up` starts its own ZooKeeper only when none is named
     args.zookeeper = given or env or DEFAULT_ZOOKEEPER
+    args.bootstrap_servers = getattr(args, "bootstrap_server", None) or os.environ.get(BOOTSTRAP_ENV) or None
+    command_config = getattr(args, "command_config", None)
     if args.debug:
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     elif not getattr(args, "logs", False):
         logging.disable(logging.CRITICAL)  # kazoo's reconnect chatter must not garble the one error line
     try:
+        args.client_config = load_properties(command_config) if command_config else {}
         return int(args.handler(args) or 0)
     except KeyboardInterrupt:
         return 130

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from sparklog.cli.common import CliError, add_zookeeper_option, admin, print_table
+from sparklog.cli.common import CliError, add_cluster_options, admin, print_table
 
 
 def add_partitions(sub: argparse._SubParsersAction) -> None:
@@ -20,7 +20,7 @@ def add_partitions(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--replicas", required=True, metavar="IDS", help="comma-separated broker ids, e.g. 2,3,4")
     p.add_argument("--partition", type=int, action="append", metavar="P", help="repeat; default: every partition")
     p.add_argument("--no-wait", action="store_true", help="return once the move is requested")
-    add_zookeeper_option(p)
+    add_cluster_options(p)
     p.set_defaults(handler=_reassign)
 
 
@@ -30,7 +30,7 @@ def _reassign(args: argparse.Namespace) -> int:
     except ValueError:
         raise CliError(f"--replicas must be comma-separated broker ids, got {args.replicas!r}") from None
     with admin(args) as client:
-        count = client.cluster.topic(args.topic).partitions
+        count = client.topic(args.topic).partitions
         chosen = args.partition if args.partition else list(range(count))
         assignment = client.reassign_partitions(args.topic, {p: replicas for p in chosen}, wait=not args.no_wait)
     print_table(("PARTITION", "REPLICAS"), [(p, ",".join(map(str, r))) for p, r in sorted(assignment.items())])

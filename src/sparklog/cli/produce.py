@@ -8,7 +8,14 @@ import json
 import sys
 from typing import BinaryIO
 
-from sparklog.cli.common import CLI_RETRY_TIMEOUT_S, CliError, add_zookeeper_option, cluster_metadata
+from sparklog.cli.common import (
+    CLI_RETRY_TIMEOUT_S,
+    CliError,
+    add_cluster_options,
+    bootstrap_servers,
+    client_config,
+    cluster_client,
+)
 
 # How many sends between two checks of the acknowledgements so far (a failure stops reading early).
 _CHECK_EVERY = 1000
@@ -29,7 +36,7 @@ def add_produce(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--partition", type=int, metavar="P", help="send every record to partition P")
     p.add_argument("--acks", choices=["0", "1", "all"], default="1", help="acknowledgement level (default 1)")
     p.add_argument("--quiet", "-q", action="store_true", help="do not print the count on standard error")
-    add_zookeeper_option(p)
+    add_cluster_options(p)
     p.set_defaults(handler=run_produce)
 
 
@@ -62,15 +69,22 @@ def run_produce(args: argparse.Namespace) -> int:
     if args.partition is not None and args.partition < 0:
         raise CliError(f"--partition must be >= 0, got {args.partition}")
 
-    with cluster_metadata(args) as cluster:  # fail before reading input if the topic is wrong
-        partitions = cluster.topic(args.topic).partitions
-        from sparklog.schemas.registry import SchemaRegistry
-
-        typed = SchemaRegistry.from_cluster(cluster).latest_or_none(args.topic) is not None
+    client = cluster_client(args)
+    try:  # fail before reading input if the topic is wrong
+        partitions = client.topic(args.topic).partitions
+        typed = client.value_schema(args.topic) is not None
+    finally:
+        client.close()
     if args.partition is not None and args.partition >= partitions:
         raise CliError(f"topic {args.topic!r} has {partitions} partition(s); partition {args.partition} does not exist")
 
-    producer = Producer(zookeeper=args.zookeeper, acks=args.acks, delivery_timeout_s=CLI_RETRY_TIMEOUT_S)
+    producer = Producer(
+        zookeeper=args.zookeeper,
+        acks=args.acks,
+        delivery_timeout_s=CLI_RETRY_TIMEOUT_S,
+        bootstrap_servers=bootstrap_servers(args),
+        config=client_config(args),
+    )
     pending: collections.deque = collections.deque()
     sent = 0
     try:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from sparklog.cli.common import CliError, add_zookeeper_option, admin, print_table, read_text_file
+from sparklog.cli.common import CliError, add_cluster_options, admin, print_table, read_text_file
 
 
 def add_schemas(sub: argparse._SubParsersAction) -> None:
@@ -13,17 +13,17 @@ def add_schemas(sub: argparse._SubParsersAction) -> None:
     ssub = schemas.add_subparsers(dest="schemas_command", required=True, metavar="ACTION")
     p = ssub.add_parser("list", help="a topic's schema versions")
     p.add_argument("topic", metavar="TOPIC")
-    add_zookeeper_option(p)
+    add_cluster_options(p)
     p.set_defaults(handler=_list)
     p = ssub.add_parser("show", help="print a schema version (default: the latest) as JSON")
     p.add_argument("topic", metavar="TOPIC")
     p.add_argument("--version", type=int, metavar="V")
-    add_zookeeper_option(p)
+    add_cluster_options(p)
     p.set_defaults(handler=_show)
     p = ssub.add_parser("add", help="add a version (refused unless compatible under schema.compatibility)")
     p.add_argument("topic", metavar="TOPIC")
     p.add_argument("file", metavar="FILE", help="an Avro record schema (.avsc)")
-    add_zookeeper_option(p)
+    add_cluster_options(p)
     p.set_defaults(handler=_add)
 
 

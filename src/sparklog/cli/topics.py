@@ -9,7 +9,7 @@ from typing import Any
 
 from sparklog.cli.common import (
     CliError,
-    add_zookeeper_option,
+    add_cluster_options,
     admin,
     ids,
     parse_configs,
@@ -47,11 +47,11 @@ def add_topics(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--value-schema", metavar="FILE", help="an Avro record schema (.avsc): a typed topic whose values are columns"
     )
-    add_zookeeper_option(p)
+    add_cluster_options(p)
     p.set_defaults(handler=_create)
 
     p = tsub.add_parser("list", help="list the topics, one name per line")
-    add_zookeeper_option(p)
+    add_cluster_options(p)
     p.set_defaults(handler=_list)
 
     p = tsub.add_parser(
@@ -63,18 +63,18 @@ def add_topics(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("name", metavar="NAME")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
-    add_zookeeper_option(p)
+    add_cluster_options(p)
     p.set_defaults(handler=_describe)
 
     p = tsub.add_parser("delete", help="delete a topic and all its records")
     p.add_argument("name", metavar="NAME")
-    add_zookeeper_option(p)
+    add_cluster_options(p)
     p.set_defaults(handler=_delete)
 
     p = tsub.add_parser("alter", help="change configs of a topic")
     p.add_argument("name", metavar="NAME")
     p.add_argument("--config", action="append", required=True, metavar="KEY=VALUE", help="repeat for several")
-    add_zookeeper_option(p)
+    add_cluster_options(p)
     p.set_defaults(handler=_alter)
 
 

@@ -1,4 +1,7 @@
-"""The Admin client: topics and consumer groups (what the CLI's ``topics`` and ``groups`` use)."""
+"""The Admin client: topics and consumer groups (what the CLI's ``topics`` and ``groups`` use).
+
+Given ``bootstrap_servers`` every call goes through brokers (no ZooKeeper session); only moving
+partitions (:meth:`Admin.reassign_partitions`) still needs ZooKeeper (``zookeeper=``)."""
 
 from __future__ import annotations
 
@@ -6,20 +9,35 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
+from sparklog.client.cluster_address import resolve
 from sparklog.client.cluster_client import DEFAULT_ZOOKEEPER, ClusterClient
-from sparklog.coordination.cluster import TopicMetadata
-from sparklog.errors import InvalidRequest, UnknownGroup
+from sparklog.coordination.cluster import ClusterMetadata, TopicMetadata
+from sparklog.errors import InvalidRequest, UnknownGroup, UnknownTopic
 from sparklog.schemas.value_schema import ValueSchema
-from sparklog.security.client_config import ClientSecurity
 
 
 class Admin:
     """Creates, describes, alters and deletes topics; describes and resets consumer groups."""
 
-    def __init__(self, zookeeper: str = DEFAULT_ZOOKEEPER, config: Mapping[str, Any] | None = None) -> None:
-        security = ClientSecurity.from_config(config)
-        self._client = ClusterClient(zookeeper, retries=3, retry_timeout_s=5.0, security=security)
-        self.cluster = self._client.cluster
+    def __init__(
+        self,
+        zookeeper: str = DEFAULT_ZOOKEEPER,
+        *,
+        bootstrap_servers: str | None = None,
+        config: Mapping[str, Any] | None = None,
+    ) -> None:
+        address = resolve(zookeeper, bootstrap_servers, config)
+        self._client = ClusterClient.connect(address, retries=3, retry_timeout_s=5.0)
+        self.view = self._client.view
+
+    @property
+    def cluster(self) -> ClusterMetadata:
+        """ZooKeeper itself (InvalidRequest for an admin given bootstrap servers)."""
+        return self._client.cluster
+
+    def topic(self, name: str) -> TopicMetadata:
+        """A topic's partitions, replicas and configs (UnknownTopic if there is none)."""
+        return self.view.topic(name, refresh=True)
 
     def create_topic(
         self,
@@ -34,33 +52,34 @@ class Admin:
         internal topics; also for :meth:`alter_topic` and :meth:`delete_topic`) with
         :class:`~sparklog.errors.InvalidTopic`, and more than ``num.partitions.max`` (10,000)
         partitions with :class:`~sparklog.errors.InvalidPartitions`."""
-        return self.cluster.create_topic(name, partitions, replication_factor, configs, value_schema)
+        return self.view.create_topic(name, partitions, replication_factor, configs, value_schema)
 
     def register_schema(self, topic: str, schema: Any) -> ValueSchema:
         """Add a value schema version to a topic (checked under its ``schema.compatibility``)."""
-        self.cluster.topic(topic)
-        return self._client.registry.register(topic, schema)
+        return self.view.register_schema(topic, schema)
 
     def schemas(self, topic: str) -> list[ValueSchema]:
         """Every value schema version of a topic, oldest first ([] for a plain topic)."""
-        self.cluster.topic(topic)
-        return self._client.registry.all(topic)
+        return self.view.schemas(topic)
 
     def list_topics(self) -> list[str]:
-        return self.cluster.topics()
+        return self.view.topics()
 
     def delete_topic(self, name: str) -> None:
-        self.cluster.delete_topic(name)
+        self.view.delete_topic(name)
 
     def alter_topic(self, name: str, configs: Mapping[str, Any]) -> TopicMetadata:
-        return self.cluster.alter_topic_configs(name, configs)
+        return self.view.alter_topic_configs(name, configs)
 
     def describe_topic(self, name: str) -> dict[str, Any]:
         """Per partition: leader, replicas, in-sync replicas, log start and end offsets."""
-        meta = self.cluster.topic(name)
+        meta = self.view.topic(name, refresh=True)
+        states = self.view.partition_states(name)
         partitions = []
         for p, replicas in enumerate(meta.replicas):
-            state = self.cluster.partition_state(name, p)
+            state = states.get(p)
+            if state is None:
+                raise UnknownTopic(f"unknown partition {name}-{p}")
             entry: dict[str, Any] = {
                 "partition": p,
                 "leader": state.leader,
@@ -91,11 +110,11 @@ class Admin:
         return dict(enumerate(self.cluster.topic(topic).replicas))
 
     def list_groups(self) -> list[str]:
-        return self.cluster.groups()
+        return self.view.groups()
 
     def describe_group(self, group: str) -> list[dict[str, Any]]:
         """Per partition the group committed: committed offset, log end offset, lag."""
-        committed = self.cluster.committed_offsets(group)
+        committed = self.view.committed_offsets(group)
         if not committed:
             raise UnknownGroup(f"consumer group {group!r} has no committed offsets")
         rows = []
@@ -127,7 +146,7 @@ class Admin:
         if sum(chosen) != 1:
             raise InvalidRequest("choose exactly one of --to-earliest, --to-latest, --to-offset, --to-time")
         new: dict[tuple[str, int], int] = {}
-        for p in range(self.cluster.topic(topic).partitions):
+        for p in range(self.view.topic(topic, refresh=True).partitions):
             offsets = self._client.list_offsets(topic, p, timestamp=to_time)
             start, end = offsets["log_start_offset"], offsets["high_watermark"]
             if to_earliest:
@@ -140,7 +159,7 @@ class Admin:
                 found = offsets.get("offset_for_time")
                 target = end if found is None else found
             new[(topic, p)] = target
-        self.cluster.commit_offsets(group, new)
+        self.view.commit_offsets(group, new)
         return new
 
     def close(self) -> None:

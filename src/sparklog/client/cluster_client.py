@@ -1,4 +1,5 @@
-"""What every client shares: ZooKeeper metadata with caches, and Flight connections to brokers."""
+"""What every client shares: a view of the cluster (brokers, leaders, schemas, offsets, admin) and
+Flight connections to brokers, with retries."""
 
 from __future__ import annotations
 
@@ -8,17 +9,19 @@ from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
 import pyarrow.flight as flight
-from kazoo.protocol.states import EventType, WatchedEvent
-from kazoo.recipe.watchers import ChildrenWatch
 
 from sparklog import wire
-from sparklog.coordination.cluster import BrokerInfo, ClusterMetadata, PartitionState, TopicMetadata
-from sparklog.errors import BrokerNotAvailable, RequestTimedOut, SparklogError
-from sparklog.schemas.registry import SchemaRegistry
+from sparklog.client.broker_view import BrokerView
+from sparklog.client.cluster_address import DEFAULT_ZOOKEEPER, ClusterAddress
+from sparklog.client.cluster_view import ClusterView
+from sparklog.client.zookeeper_view import ZooKeeperView
+from sparklog.coordination.cluster import BrokerInfo, ClusterMetadata, TopicMetadata
+from sparklog.errors import BrokerNotAvailable, InvalidRequest, RequestTimedOut, SparklogError
 from sparklog.schemas.value_schema import ValueSchema
 from sparklog.security.client_config import PLAINTEXT, ClientSecurity
 
-DEFAULT_ZOOKEEPER = "127.0.0.1:2181"
+__all__ = ["DEFAULT_ZOOKEEPER", "FETCH_CONNECTIONS", "ClusterClient", "fetch_connection"]
+
 FETCH_CONNECTIONS = 8  # per broker: fetches of different partitions spread over this many connections
 
 
@@ -31,11 +34,13 @@ T = TypeVar("T")
 
 
 class ClusterClient:
-    """Finds partition leaders through ZooKeeper and keeps one Flight client per broker.
+    """Finds partition leaders and keeps one Flight client per broker.
 
-    Broker membership and each used partition's state are followed by ZooKeeper watches, so a
+    With ``bootstrap_servers`` (``host:port,...``) everything comes from brokers
+    (:class:`~sparklog.client.broker_view.BrokerView`: no ZooKeeper session at all); else from
+    ZooKeeper (:class:`~sparklog.client.zookeeper_view.ZooKeeperView`, watches). Either way a
     broker that goes away or comes back, or a new leader, is picked up without restarting the
-    client; ``call_leader`` also refreshes and retries on ``NotLeader`` or an unreachable broker.
+    client; ``call_leader`` refreshes and retries on ``NotLeader`` or an unreachable broker.
     """
 
     def __init__(
@@ -45,121 +50,55 @@ class ClusterClient:
         retry_backoff_s: float = 0.05,
         session_timeout_s: float = 10.0,
         retry_timeout_s: float = 30.0,
+        *,
+        bootstrap_servers: str | None = None,
         security: ClientSecurity = PLAINTEXT,
     ) -> None:
         self.security = security
-        self.cluster = ClusterMetadata(zookeeper, timeout=session_timeout_s).start()
+        self.view: ClusterView
+        if bootstrap_servers:
+            self.view = BrokerView(bootstrap_servers, retry_timeout_s=retry_timeout_s, security=security)
+        else:
+            self.view = ZooKeeperView(zookeeper, session_timeout_s=session_timeout_s)
+        self.address = ClusterAddress(zookeeper, bootstrap_servers or None, security)
         self.retries = retries
         self.retry_timeout_s = retry_timeout_s
         self.retry_backoff_s = retry_backoff_s
-        self._topics: dict[str, TopicMetadata] = {}
-        self._leaders: dict[tuple[str, int], int] = {}
-        self._brokers: dict[int, BrokerInfo] = {}
         self._clients: dict[tuple[str, int], flight.FlightClient] = {}  # (location, connection)
         self._lock = threading.Lock()
-        self._watched: set[tuple[str, int]] = set()
-        self._state_paths: dict[str, tuple[str, int]] = {}  # a followed state's znode -> its partition
-        self._registry: SchemaRegistry | None = None
-        self._value_schemas: dict[str, ValueSchema | None] = {}
-        ChildrenWatch(self.cluster.zk, self.cluster.layout.broker_ids, self._on_brokers)
 
-    def _on_brokers(self, _children: list[str]) -> None:
-        try:
-            self._brokers = self.cluster.brokers()
-        except Exception:  # the session is closing; the next lookup reads again
-            self._brokers = {}
-
-    def _follow_states(self, topic: str) -> None:
-        """Read the state of every partition of a topic not followed yet, all at once (asynchronous
-        reads: one round of ZooKeeper round trips, not one per partition), each followed from then
-        on by a watch that is set again whenever it fires."""
-        zk = self.cluster.zk
-        reads = []
-        for p in range(self.topic(topic).partitions):
-            key = (topic, p)
-            if key in self._watched:
-                continue
-            path = self.cluster.layout.partition_state(topic, p)
-            self._watched.add(key)
-            self._state_paths[path] = key
-            reads.append((key, zk.get_async(path, watch=self._on_state_event)))
-        for key, result in reads:
-            self._got_state(key, result)
-
-    def _got_state(self, key: tuple[str, int], result: Any) -> None:
-        try:
-            data, _stat = result.get()
-        except Exception:  # gone (a deleted topic) or the session is closing: looked up again when used
-            self._leaders.pop(key, None)
-            self._watched.discard(key)
-            return
-        self._leaders[key] = PartitionState.from_json(data).leader
-
-    def _on_state_event(self, event: WatchedEvent) -> None:
-        key = self._state_paths.get(event.path) if event.path else None
-        if key is None:
-            return
-        if event.type == EventType.DELETED:
-            self._leaders.pop(key, None)
-            self._watched.discard(key)
-            return
-        result = self.cluster.zk.get_async(event.path, watch=self._on_state_event)
-        result.rawlink(lambda done: self._got_state(key, done))
+    @classmethod
+    def connect(cls, address: ClusterAddress, **settings: Any) -> ClusterClient:
+        """A client for ``address`` (:func:`sparklog.client.cluster_address.resolve`)."""
+        return cls(
+            address.zookeeper, bootstrap_servers=address.bootstrap_servers, security=address.security, **settings
+        )
 
     @property
-    def registry(self) -> SchemaRegistry:
-        if self._registry is None:
-            self._registry = SchemaRegistry.from_cluster(self.cluster)
-        return self._registry
+    def cluster(self) -> ClusterMetadata:
+        """The ZooKeeper metadata of a client that uses ZooKeeper (admin tools: reassignments)."""
+        if not isinstance(self.view, ZooKeeperView):
+            raise InvalidRequest(
+                "this needs ZooKeeper (--zookeeper): a client given bootstrap.servers talks to brokers only"
+            )
+        return self.view.cluster
 
     def value_schema(self, topic: str) -> ValueSchema | None:
-        """The latest value schema of a typed topic (None for a plain one), followed by a watch."""
-        if topic in self._value_schemas:
-            return self._value_schemas[topic]
-        self.topic(topic)  # UnknownTopic for a topic that does not exist
-        path = self.cluster.layout.schemas(topic)
-
-        def on_versions(_children: list[str]) -> bool | None:
-            try:
-                self.registry.refresh(topic)
-                self._value_schemas[topic] = self.registry.latest_or_none(topic)
-            except Exception:  # the topic went away
-                self._value_schemas.pop(topic, None)
-                return False
-            return None
-
-        if self.cluster.zk.exists(path):
-            ChildrenWatch(self.cluster.zk, path, on_versions)
-        if topic not in self._value_schemas:
-            self._value_schemas[topic] = self.registry.latest_or_none(topic)
-        return self._value_schemas[topic]
+        """The latest value schema of a typed topic (None for a plain one)."""
+        return self.view.value_schema(topic)
 
     def schema_lookup(self, topic: str) -> Callable[[bytes], ValueSchema]:
         """Fingerprint -> version, for Avro single-object encoded values of a typed topic."""
-        return self.registry.lookup(topic)
+        return self.view.schema_lookup(topic)
 
     def topic(self, name: str, refresh: bool = False) -> TopicMetadata:
-        meta = None if refresh else self._topics.get(name)
-        if meta is None:
-            meta = self._topics[name] = self.cluster.topic(name)
-        return meta
+        return self.view.topic(name, refresh)
 
     def leader(self, topic: str, partition: int, refresh: bool = False) -> BrokerInfo:
         """The broker leading a partition (BrokerNotAvailable if it is not live; UnknownTopic for a
         topic that does not exist, or is still being created: its first partitions' states exist
         before the topic is complete)."""
-        key = (topic, partition)
-        broker_id = None if refresh else self._leaders.get(key)
-        if broker_id is None and not refresh and key not in self._watched:
-            self._follow_states(topic)
-            broker_id = self._leaders.get(key)
-        if broker_id is None:
-            self.topic(topic)
-            broker_id = self._leaders[key] = self.cluster.partition_state(topic, partition).leader
-        info = None if refresh else self._brokers.get(broker_id)
-        if info is None:
-            self._brokers = self.cluster.brokers()
-            info = self._brokers.get(broker_id)
+        broker_id, info = self.view.leader(topic, partition, refresh)
         if info is None:
             raise BrokerNotAvailable(f"the leader of {topic}-{partition} (broker {broker_id}) is not live")
         return info
@@ -231,8 +170,10 @@ class ClusterClient:
             backoff = min(backoff * 2, 0.25)
 
     def _forget_leader(self, topic: str, partition: int) -> None:
-        broker_id = self._leaders.get((topic, partition))
-        info = self._brokers.get(broker_id) if broker_id is not None else None
+        try:
+            _broker_id, info = self.view.leader(topic, partition)
+        except SparklogError:
+            return
         if info is not None:
             self.forget(info)
 
@@ -283,4 +224,4 @@ class ClusterClient:
         for client in self._clients.values():
             client.close()
         self._clients.clear()
-        self.cluster.close()
+        self.view.close()

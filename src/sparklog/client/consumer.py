@@ -4,6 +4,12 @@ Without a group it reads every partition of its topics (or the ones given). With
 ``SetPartitioner`` recipe shares the partitions among the live members (each partition read by
 exactly one member; a member that dies loses its ephemeral node and its partitions move), and
 positions start from the offsets committed in ZooKeeper. Commits are explicit (``commit()``).
+
+Given ``bootstrap_servers`` a consumer talks to brokers only: committed offsets are read and
+written through them (the same znodes), but there is no group membership yet (it needs ZooKeeper's
+ephemeral nodes, or a broker-side group coordinator that does not exist yet): such a group consumer
+reads every partition of its topics (or the ``partitions`` given), like Kafka's ``assign()`` with
+a group id for offsets. Run one per group, or give each member its own ``partitions``.
 """
 
 from __future__ import annotations
@@ -19,13 +25,13 @@ import pyarrow.compute as pc
 from kazoo.recipe.partitioner import SetPartitioner
 
 from sparklog import fetch_columns
+from sparklog.client.cluster_address import resolve
 from sparklog.client.cluster_client import DEFAULT_ZOOKEEPER, ClusterClient, fetch_connection
 from sparklog.client.fetch_session import FetchSession, Results
 from sparklog.errors import BrokerNotAvailable, InvalidRequest, OffsetOutOfRange, SparklogError
 from sparklog.multi_fetch import MultiFetchRequest
 from sparklog.schemas.codec import encode_avro
 from sparklog.schemas.projection import parse_fields
-from sparklog.security.client_config import ClientSecurity
 
 TopicPartition = tuple[str, int]
 SessionKey = tuple[int, str, int]  # (broker id, topic, connection)
@@ -79,6 +85,8 @@ class Consumer:
         retry_timeout_s: float = 30.0,
         fields: str | Sequence[str] | None = None,
         value_format: str = "arrow",
+        *,
+        bootstrap_servers: str | None = None,
         config: Mapping[str, Any] | None = None,
     ) -> None:
         """``config``: client settings with librdkafka's names (security: ``security.protocol``,
@@ -98,11 +106,9 @@ class Consumer:
         self.auto_offset_reset = auto_offset_reset
         self.max_bytes = max_bytes
         self.max_wait_ms = max_wait_ms
-        self._client = ClusterClient(
-            zookeeper,
-            session_timeout_s=session_timeout_s,
-            retry_timeout_s=retry_timeout_s,
-            security=ClientSecurity.from_config(config),
+        address = resolve(zookeeper, bootstrap_servers, config)
+        self._client = ClusterClient.connect(
+            address, session_timeout_s=session_timeout_s, retry_timeout_s=retry_timeout_s
         )
         self._positions: dict[TopicPartition, int] = {}
         self._assigned: list[TopicPartition] = []
@@ -122,8 +128,8 @@ class Consumer:
             for p in range(self._client.topic(t).partitions)
             if partitions is None or p in set(partitions)
         ]
-        if group is None:
-            self._assign(all_partitions)
+        if group is None or address.bootstrap_servers:
+            self._assign(all_partitions)  # with bootstrap servers: no membership (module docs)
         else:
             path = f"{self._client.cluster.layout.group(group)}/partitioner/{'+'.join(sorted(self.topics))}"
             self._partitioner = SetPartitioner(
@@ -159,7 +165,7 @@ class Consumer:
 
     def _assign(self, partitions: list[TopicPartition]) -> None:
         self._assigned = sorted(partitions)
-        committed = self._client.cluster.committed_offsets(self.group) if self.group else {}
+        committed = self._client.view.committed_offsets(self.group) if self.group else {}
         reset = self._reset_positions([tp for tp in self._assigned if tp not in committed])
         now = time.monotonic()
         for tp in self._assigned:
@@ -415,13 +421,14 @@ class Consumer:
         )
 
     def commit(self, offsets: dict[TopicPartition, int] | None = None) -> None:
-        """Commit the current positions (or the given offsets) of the group to ZooKeeper."""
+        """Commit the current positions (or the given offsets) of the group (to ZooKeeper, or
+        through a broker that writes them there)."""
         if self.group is None:
             raise InvalidRequest("commit() needs a consumer group (group=...)")
-        self._client.cluster.commit_offsets(self.group, offsets if offsets is not None else dict(self._positions))
+        self._client.view.commit_offsets(self.group, offsets if offsets is not None else dict(self._positions))
 
     def committed(self) -> dict[TopicPartition, int]:
-        return self._client.cluster.committed_offsets(self.group) if self.group else {}
+        return self._client.view.committed_offsets(self.group) if self.group else {}
 
     def close(self) -> None:
         self._assigned = []

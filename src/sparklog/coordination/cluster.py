@@ -55,6 +55,10 @@ class BrokerInfo:
     def location(self) -> str:
         return self.location_for("PLAINTEXT")
 
+    def listens(self, protocol: str) -> bool:
+        """Whether this broker has a listener for security protocol ``protocol``."""
+        return any(name == protocol for name, _, _ in self.endpoints) if self.endpoints else protocol == "PLAINTEXT"
+
     def location_for(self, protocol: str) -> str:
         """Where a client with ``security.protocol`` = ``protocol`` reaches this broker."""
         if not self.endpoints:  # registered before listeners existed: one plaintext listener

@@ -382,7 +382,7 @@ class EmbeddedZooKeeper:
             "clientPort": str(self.port),
             "clientPortAddress": self.host,
             "admin.enableServer": "false",
-            "4lw.commands.whitelist": "ruok,srvr,stat,mntr",
+            "4lw.commands.whitelist": "ruok,srvr,stat,mntr,cons",
             # Every client of an embedded server comes from the same IP: lift the default cap of 60.
             "maxClientCnxns": "0",
             # Keep a long-lived data dir bounded: purge old snapshots/txn logs every hour.

@@ -14,19 +14,21 @@ events = (spark.readStream.format("sparklog")
        .option("checkpointLocation", "/tmp/ckpt").trigger(availableNow=True).start())
 ```
 
-Read options (Kafka connector names): ``zookeeper`` (default ``$SPARKLOG_ZOOKEEPER`` or
-``127.0.0.1:2181``); one of ``subscribe`` / ``topic`` (comma list) or ``subscribePattern`` (regex,
-new matching topics and partitions are picked up); ``startingOffsets`` (``earliest``, ``latest``,
-``group``, or JSON ``{"topic": {"0": 23}}`` with -2 = earliest, -1 = latest; partitions left out
-start at earliest; default ``latest`` for streams, ``earliest`` for batch) or ``startingTimestamp``
-(ms or ISO-8601); batch only: ``endingOffsets`` (``latest`` or JSON) or ``endingTimestamp``;
-``maxRecordsPerTrigger`` (stream admission control, also honoured by ``Trigger.AvailableNow``);
-``minPartitions`` (split large offset ranges); ``group`` (commit each finished micro-batch's end
-offsets to ZooKeeper, see :mod:`sparklog.datasource.stream_reader`; ``startingOffsets=group`` resumes
-from them, from the earliest offset where nothing is committed); ``failOnDataLoss`` (default true:
-fail when retention deleted offsets before they were read; false: skip ahead with a warning;
-compaction gaps are never data loss); ``includeHeaders`` (default false); ``fields`` (typed topics:
-comma-separated value fields, nested as ``address.zip``; the broker sends only those).
+Read options (Kafka connector names): ``bootstrap.servers`` / ``kafka.bootstrap.servers``
+(``host:port,...``: the job talks to brokers only and opens no ZooKeeper session) or ``zookeeper``
+(default ``$SPARKLOG_ZOOKEEPER`` or ``127.0.0.1:2181``); one of ``subscribe`` / ``topic`` (comma
+list) or ``subscribePattern`` (regex, new matching topics and partitions are picked up);
+``startingOffsets`` (``earliest``, ``latest``, ``group``, or JSON ``{"topic": {"0": 23}}`` with -2 =
+earliest, -1 = latest; partitions left out start at earliest; default ``latest`` for streams,
+``earliest`` for batch) or ``startingTimestamp`` (ms or ISO-8601); batch only: ``endingOffsets``
+(``latest`` or JSON) or ``endingTimestamp``; ``maxRecordsPerTrigger`` (stream admission control,
+also honoured by ``Trigger.AvailableNow``); ``minPartitions`` (split large offset ranges); ``group``
+(commit each finished micro-batch's end offsets to ZooKeeper, see
+:mod:`sparklog.datasource.stream_reader`; ``startingOffsets=group`` resumes from them, from the
+earliest offset where nothing is committed); ``failOnDataLoss`` (default true: fail when retention
+deleted offsets before they were read; false: skip ahead with a warning; compaction gaps are never
+data loss); ``includeHeaders`` (default false); ``fields`` (typed topics: comma-separated value
+fields, nested as ``address.zip``; the broker sends only those).
 
 Schema: ``key`` binary, ``value`` binary (or, for typed topics, a struct of the latest value schema
 version, see :mod:`sparklog.datasource.typed`), ``topic`` string, ``partition`` int, ``offset`` long,
@@ -34,14 +36,14 @@ version, see :mod:`sparklog.datasource.typed`), ``topic`` string, ``partition`` 
 ``includeHeaders``. Reads yield Arrow record batches (one input partition per topic partition and
 offset range; ``minPartitions`` splits large ranges).
 
-Write options: ``zookeeper``, ``topic`` (default for rows without a ``topic`` column),
-``batchRecords`` (rows per stored batch, default 10000), ``stagingTopic`` (default
-``__sparklog_staging``; typed targets stage in ``<stagingTopic>.<topic>.v<version>.<hash>``). Input
-columns ``value`` and optional ``key``, ``partition``, ``headers``, ``timestamp``, ``topic``; target
-topics must exist. ``value`` is binary or string for a plain topic; for a typed topic a struct of
-its schema's fields (as this source reads it; checked and converted, a row that does not fit fails
-the write naming the field) or Avro single-object encoded binary. The sink is exactly-once: see
-:mod:`sparklog.datasource.writer`.
+Write options: ``bootstrap.servers`` / ``kafka.bootstrap.servers`` or ``zookeeper``, ``topic``
+(default for rows without a ``topic`` column), ``batchRecords`` (rows per stored batch, default
+10000), ``stagingTopic`` (default ``__sparklog_staging``; typed targets stage in
+``<stagingTopic>.<topic>.v<version>.<hash>``). Input columns ``value`` and optional ``key``,
+``partition``, ``headers``, ``timestamp``, ``topic``; target topics must exist. ``value`` is binary
+or string for a plain topic; for a typed topic a struct of its schema's fields (as this source reads
+it; checked and converted, a row that does not fit fails the write naming the field) or Avro
+single-object encoded binary. The sink is exactly-once: see :mod:`sparklog.datasource.writer`.
 
 Unknown options, and options that contradict each other, fail at ``load()`` (reads) or
 ``save()``/``start()`` (writes) with a message naming the option; options that only apply to batch

@@ -2,8 +2,9 @@
 
 Spark runs the data source in several Python processes (driver-side planners, executor workers that
 Spark reuses between tasks); none of them can receive a connection from another, so each process keeps
-its own :class:`ClusterClient` and Flight clients here, keyed by connect string / location, created on
-first use and dropped if the process was forked after creating them.
+its own :class:`ClusterClient` and Flight clients here, keyed by cluster address / location, created
+on first use and dropped if the process was forked after creating them. With ``bootstrap.servers``
+the clients talk to brokers only: no process of the job opens a ZooKeeper session.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import pyarrow as pa
 import pyarrow.flight as flight
 
 from sparklog import fetch_columns, wire
+from sparklog.client.cluster_address import ClusterAddress
 from sparklog.client.cluster_client import ClusterClient, fetch_connection
 from sparklog.coordination.cluster import BrokerInfo
 from sparklog.errors import BrokerNotAvailable, SparklogError
@@ -45,19 +47,25 @@ def _check_fork() -> None:
         _pid = os.getpid()
 
 
-def cluster_client(zookeeper: str) -> ClusterClient:
-    """This process's ClusterClient for ``zookeeper`` (one ZooKeeper session per process)."""
+def _address(address: ClusterAddress | str) -> ClusterAddress:
+    return ClusterAddress(address) if isinstance(address, str) else address  # a str: a ZooKeeper connect string
+
+
+def cluster_client(address: ClusterAddress | str) -> ClusterClient:
+    """This process's ClusterClient for ``address`` (at most one ZooKeeper session per process, none
+    with bootstrap servers)."""
+    address = _address(address)
     with _lock:
         _check_fork()
-        client = _clients.get(zookeeper)
+        client = _clients.get(address.key)
         if client is None:
-            client = _clients[zookeeper] = ClusterClient(zookeeper)
+            client = _clients[address.key] = ClusterClient.connect(address)
         return client
 
 
-def close_cluster_client(zookeeper: str) -> None:
+def close_cluster_client(address: ClusterAddress | str) -> None:
     with _lock:
-        client = _clients.pop(zookeeper, None)
+        client = _clients.pop(_address(address).key, None)
     if client is not None:
         client.close()
 
@@ -133,7 +141,7 @@ def leader_location(client: ClusterClient, topic: str, partition: int) -> str | 
 
 # ----------------------------------------------------------------------------------------- fetching
 def fetch(
-    zookeeper: str,
+    address: ClusterAddress | str,
     topic: str,
     partition: int,
     offset: int,
@@ -143,7 +151,7 @@ def fetch(
 ) -> Iterator[pa.RecordBatch]:
     """Stored record batches of a partition from the batch holding ``offset`` on (about ``max_bytes``
     of them; the first may start before ``offset``), from its leader: first the ``leader_hint``
-    location (no ZooKeeper needed), then whatever ZooKeeper says, following NotLeader and unreachable
+    location (no metadata needed), then whatever the cluster's metadata says, following NotLeader and unreachable
     brokers like :meth:`ClusterClient.call_leader`. Errors before the first batch are retried here;
     a stream that breaks later raises (the caller resumes from the offset it reached)."""
     request: dict[str, Any] = {
@@ -179,7 +187,7 @@ def fetch(
             if isinstance(error, BrokerNotAvailable):
                 forget_flight(leader_hint)
     if opened is None:
-        client = cluster_client(zookeeper)
+        client = cluster_client(address)
         opened = client.call_leader(topic, partition, lambda c, _b: open_stream(c), connection=connection)
     reader, first = opened
     if first is None:

@@ -46,11 +46,11 @@ def describe(tp: TP) -> str:
 
 # ------------------------------------------------------------------------------------------ discovery
 def discover(client: ClusterClient, subscription: Subscription, require_topics: bool = False) -> list[TP]:
-    """Every (topic, partition) the subscription covers now (topics read fresh from ZooKeeper, so new
+    """Every (topic, partition) the subscription covers now (topics read fresh, so new
     topics matching a pattern and new partitions are picked up). Subscribed topics that do not exist
     are skipped, or fail with ``require_topics``."""
     if subscription.pattern is not None:
-        topics = [t for t in client.cluster.topics() if subscription.matches(t)]
+        topics = [t for t in client.view.topics() if subscription.matches(t)]
     else:
         topics = list(subscription.topics)
     out: list[TP] = []
@@ -85,7 +85,7 @@ def starting_offsets(
     committed: Offsets = {}
     if mode == "group":
         assert options.group is not None
-        committed = client.cluster.committed_offsets(options.group)
+        committed = client.view.committed_offsets(options.group)
     by_time: dict[TP, Mapping[str, Any]] = {}
     if mode == "timestamp":
         from sparklog.datasource.connections import list_offsets

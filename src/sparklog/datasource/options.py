@@ -18,8 +18,11 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from sparklog.errors import InvalidGroupId, InvalidRequest, InvalidTopic
+from sparklog.client.cluster_address import ClusterAddress, parse_bootstrap_servers
+from sparklog.errors import InvalidConfig, InvalidGroupId, InvalidRequest, InvalidTopic
 from sparklog.names import INTERNAL_TOPIC_PREFIX, check_group_id, check_topic_name
+from sparklog.security.client_config import KEYS as SECURITY_KEYS
+from sparklog.security.client_config import SPARK_PREFIX, ClientSecurity
 
 DEFAULT_ZOOKEEPER = "127.0.0.1:2181"
 ZOOKEEPER_ENV = "SPARKLOG_ZOOKEEPER"
@@ -31,8 +34,15 @@ EARLIEST = -2
 LATEST = -1
 
 # canonical spelling of every option, by its lower-cased name
+# ``bootstrap.servers`` (brokers only: the job opens no ZooKeeper session) or its Kafka connector
+# spelling ``kafka.bootstrap.servers``; else ``zookeeper``
+BOOTSTRAP_OPTIONS = ("bootstrap.servers", "kafka.bootstrap.servers")
+# the client's TLS and SASL settings (librdkafka's names), also with the connector's ``kafka.`` prefix
+SECURITY_OPTIONS = (*SECURITY_KEYS, *(f"{SPARK_PREFIX}{key}" for key in SECURITY_KEYS))
 READ_OPTIONS = (
     "zookeeper",
+    *BOOTSTRAP_OPTIONS,
+    *SECURITY_OPTIONS,
     "topic",
     "subscribe",
     "subscribePattern",
@@ -52,6 +62,8 @@ TEST_FAIL_TASK_ONCE = "sparklog.test.failTaskOnce"
 TEST_CRASH_COMMIT = "sparklog.test.crashCommit"
 WRITE_OPTIONS = (
     "zookeeper",
+    *BOOTSTRAP_OPTIONS,
+    *SECURITY_OPTIONS,
     "topic",
     "stagingTopic",
     "batchRecords",
@@ -182,6 +194,8 @@ class ReadOptions:
     """Everything a read needs, parsed (picklable: plain values only)."""
 
     zookeeper: str
+    bootstrap_servers: str | None
+    security: ClientSecurity
     subscription: Subscription
     starting: str  # earliest | latest | group | json | timestamp
     starting_json: OffsetSpec | None
@@ -200,16 +214,26 @@ class ReadOptions:
     def has(self, name: str) -> bool:
         return name.lower() in self.given
 
+    @property
+    def address(self) -> ClusterAddress:
+        return ClusterAddress(self.zookeeper, self.bootstrap_servers, self.security)
+
 
 @dataclasses.dataclass(frozen=True)
 class WriteOptions:
     zookeeper: str
+    bootstrap_servers: str | None
+    security: ClientSecurity
     topic: str | None
     staging_topic: str
     batch_records: int
     checkpoint_location: str | None
     test_fail_task_once: str | None
     test_crash_commit: tuple[str, str] | None  # (marker file, point)
+
+    @property
+    def address(self) -> ClusterAddress:
+        return ClusterAddress(self.zookeeper, self.bootstrap_servers, self.security)
 
 
 def _lower(options: Mapping[str, Any]) -> dict[str, str]:
@@ -233,6 +257,21 @@ def _zookeeper(opts: Mapping[str, str]) -> str:
     if not value.strip():
         raise _fail("zookeeper", "must not be empty")
     return value.strip()
+
+
+def _bootstrap_servers(opts: Mapping[str, str]) -> str | None:
+    """``bootstrap.servers`` or ``kafka.bootstrap.servers`` (both given must agree), checked."""
+    given = {name: opts[name].strip() for name in BOOTSTRAP_OPTIONS if name in opts}
+    if len(set(given.values())) > 1:
+        raise InvalidRequest("sparklog options 'bootstrap.servers' and 'kafka.bootstrap.servers' contradict")
+    if not given:
+        return None
+    name, value = next(iter(given.items()))
+    try:
+        parse_bootstrap_servers(value)
+    except InvalidConfig as exc:
+        raise _fail(name, str(exc)) from None
+    return value
 
 
 def parse_read_options(options: Mapping[str, Any]) -> ReadOptions:
@@ -308,6 +347,8 @@ def parse_read_options(options: Mapping[str, Any]) -> ReadOptions:
 
     return ReadOptions(
         zookeeper=_zookeeper(opts),
+        bootstrap_servers=_bootstrap_servers(opts),
+        security=ClientSecurity.from_config(opts),
         subscription=subscription,
         starting=starting,
         starting_json=starting_json,
@@ -365,6 +406,8 @@ def parse_write_options(options: Mapping[str, Any]) -> WriteOptions:
         crash = (marker, point)
     return WriteOptions(
         zookeeper=_zookeeper(opts),
+        bootstrap_servers=_bootstrap_servers(opts),
+        security=ClientSecurity.from_config(opts),
         topic=topic,
         staging_topic=staging,
         batch_records=_positive_int(opts, "batchRecords") or DEFAULT_BATCH_RECORDS,

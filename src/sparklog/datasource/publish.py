@@ -2,7 +2,9 @@
 :mod:`sparklog.datasource.writer`).
 
 The state of a sink lives in one znode, ``<root>/sinks/<sink id>`` (the sink id is the streaming
-query's id; batch writes use ``batch-<uuid>`` and delete theirs when done), as JSON::
+query's id; batch writes use ``batch-<uuid>`` and delete theirs when done; written by this process,
+or for it by a broker when the sink was given ``bootstrap.servers``:
+:mod:`sparklog.coordination.sink_state`), as JSON::
 
     {"batch": 7, "state": "publishing" | "published",
      "next_seq": {"topic": {"<partition>/<staging partition>": 120000, ...}},  # where the next batch's
@@ -24,22 +26,19 @@ idempotent-producer state recognises the slices it already stored.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
-import json
 import logging
 import os
 import threading
-import zlib
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.flight as flight
-from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 
 from sparklog import wire
+from sparklog.coordination.sink_state import SinkConflict as SinkConflict  # raised by a state write; named here
 from sparklog.datasource import connections
 from sparklog.datasource.options import WriteOptions
 from sparklog.errors import DuplicateSequence, OffsetOutOfRange, SparklogError
@@ -55,17 +54,6 @@ PUBLISH_TIMEOUT_S = 120.0
 COPY_SLICES = 64  # slices per copy_records action
 BROKER_COPY = True  # False: every slice through this process (tests of the relay path)
 Wanted = tuple[int, int, tuple[str, int], int]  # a slice: first, last staged offset, target, first sequence
-_ZLIB = b"zlib:"
-
-
-class SinkConflict(SparklogError):
-    """Another writer changed this sink's state meanwhile (two runs of the same query)."""
-
-    code = "SINK_CONFLICT"
-
-
-def sink_path(client: ClusterClient, sink_id: str) -> str:
-    return f"{client.cluster.layout.root}/sinks/{sink_id}"
 
 
 def producer_id(
@@ -88,37 +76,15 @@ def seq_key(partition: int, stage_partition: int, typed_staging: str | None = No
 
 
 # ----------------------------------------------------------------------------------------- state
-def _decode(data: bytes) -> dict[str, Any]:
-    if data.startswith(_ZLIB):
-        data = zlib.decompress(data[len(_ZLIB) :])
-    return json.loads(data)
-
-
-def _encode(state: dict[str, Any]) -> bytes:
-    raw = json.dumps(state, separators=(",", ":")).encode()
-    return _ZLIB + zlib.compress(raw) if len(raw) > 256 << 10 else raw
-
-
 def read_state(client: ClusterClient, sink_id: str) -> tuple[dict[str, Any] | None, int | None]:
-    try:
-        data, stat = client.cluster.zk.get(sink_path(client, sink_id))
-    except NoNodeError:
-        return None, None
-    return _decode(data), stat.version
+    """The sink's state and its version (None, None without one): :mod:`sparklog.coordination.sink_state`,
+    in ZooKeeper, read directly or through a broker."""
+    return client.view.read_sink_state(sink_id)
 
 
 def _write_state(client: ClusterClient, sink_id: str, state: dict[str, Any], version: int | None) -> int:
-    zk, path = client.cluster.zk, sink_path(client, sink_id)
-    try:
-        if version is None:
-            zk.create(path, _encode(state), makepath=True)
-            return 0
-        return zk.set(path, _encode(state), version=version).version
-    except (BadVersionError, NodeExistsError):
-        raise SinkConflict(
-            f"sparklog sink {sink_id}: its state in ZooKeeper ({path}) changed under this commit; "
-            "is another run of the same query writing?"
-        ) from None
+    """Create (``version`` None) or replace the state at ``version``; SinkConflict if it changed."""
+    return client.view.write_sink_state(sink_id, state, version)
 
 
 # ----------------------------------------------------------------------------------------- intent
@@ -178,7 +144,7 @@ def publish_batch(
 ) -> None:
     """Publish one batch's staged slices exactly once (see the module docs)."""
     _crash_point(options, "start")
-    client = connections.cluster_client(options.zookeeper)
+    client = connections.cluster_client(options.address)
     state, version = read_state(client, sink_id)
     if state is not None and (
         state["batch"] > batch_id or (state["batch"] == batch_id and state["state"] == "published")
@@ -218,8 +184,7 @@ def publish_batch(
         published.setdefault(topic, {})[str(partition)] = [first, last, rows]
     next_seq = publisher.next_seq
     if forget:
-        with contextlib.suppress(NoNodeError, BadVersionError):
-            client.cluster.zk.delete(sink_path(client, sink_id), version=version if version is not None else -1)
+        client.view.delete_sink_state(sink_id, version)
         return
     _write_state(
         client,
@@ -420,7 +385,7 @@ class _Publisher:
         while w < len(wanted):
             progressed = False
             try:
-                for stored in connections.fetch(self.options.zookeeper, staging, stage_partition, offset, 16 << 20):
+                for stored in connections.fetch(self.options.address, staging, stage_partition, offset, 16 << 20):
                     if stored.num_rows == 0:
                         continue
                     offs = offsets_of(stored)
@@ -456,7 +421,7 @@ class _Publisher:
         self, staging: str, stage_partition: int, slice_: tuple[int, int, tuple[str, int], int], cause: Any
     ) -> SparklogError:
         first, last, (topic, partition), _ = slice_
-        path = sink_path(self.client, self.sink_id)
+        path = f"sinks/{self.sink_id} under sparklog's ZooKeeper root"
         return OffsetOutOfRange(
             f"sparklog sink {self.sink_id}: the staged rows for {topic}-{partition} ({staging}-{stage_partition} "
             f"offsets {first}..{last}) are gone ({cause or 'not found'}), probably deleted by the staging topic's "

@@ -33,6 +33,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
+from sparklog.client.cluster_address import ClusterAddress
 from sparklog.datasource import connections, offsets, typed
 from sparklog.datasource.options import ReadOptions, check_batch_read
 from sparklog.errors import InvalidRequest, OffsetOutOfRange, SparklogError
@@ -85,7 +86,7 @@ class OffsetRangePartition(InputPartition):
     """One input partition: offsets ``[start, end)`` of one topic partition, and how to hand them to
     Spark (its Arrow schema, the value fields to fetch)."""
 
-    zookeeper: str
+    address: ClusterAddress
     topic: str
     partition: int
     start: int
@@ -108,7 +109,7 @@ def plan_partitions(
             leaders[tp] = connections.leader_location(client, r.topic, r.partition)
     return [
         OffsetRangePartition(
-            options.zookeeper,
+            options.address,
             r.topic,
             r.partition,
             r.start,
@@ -190,7 +191,7 @@ def read_range(part: OffsetRangePartition) -> Iterator[pa.RecordBatch]:
         progressed = False
         try:
             for stored in connections.fetch(
-                part.zookeeper, part.topic, part.partition, offset, FETCH_MAX_BYTES, part.leader, part.fields
+                part.address, part.topic, part.partition, offset, FETCH_MAX_BYTES, part.leader, part.fields
             ):
                 if stored.num_rows == 0:
                     continue
@@ -232,7 +233,7 @@ def _after_lost(part: OffsetRangePartition, offset: int, where: str) -> int:
     """Nothing could be read at ``offset`` although the range goes on to ``part.end``: retention
     deleted it (the log start moved past it) or the log was truncated below it. Fail or, with
     failOnDataLoss=false, say so and return where reading goes on (``part.end`` to stop)."""
-    client = connections.cluster_client(part.zookeeper)
+    client = connections.cluster_client(part.address)
     info = client.list_offsets(part.topic, part.partition)
     log_start, hw = int(info["log_start_offset"]), int(info["high_watermark"])
     if offset < log_start:
@@ -263,7 +264,7 @@ class SparklogBatchReader(DataSourceReader):
 
     def partitions(self) -> list[InputPartition]:
         options = self.options
-        client = connections.cluster_client(options.zookeeper)
+        client = connections.cluster_client(options.address)
         tps = offsets.discover(client, options.subscription, require_topics=True)
         listed = connections.list_offsets(client, tps)
         begin = offsets.starting_offsets(client, options, listed, streaming=False)

@@ -57,7 +57,7 @@ class SparklogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     @property
     def client(self) -> ClusterClient:
-        return connections.cluster_client(self.options.zookeeper)
+        return connections.cluster_client(self.options.address)
 
     def _listed(self, tps: list[offsets.TP]) -> dict[offsets.TP, dict[str, Any]]:
         """list_offsets of every partition; partitions whose topic vanished are left out."""
@@ -158,7 +158,7 @@ class SparklogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if not changed:
             return
         try:
-            self.client.cluster.commit_offsets(group, changed)
+            self.client.view.commit_offsets(group, changed)
         except SparklogError as exc:  # advisory: the query's checkpoint is what counts
             log.warning("sparklog: could not commit offsets of group %s: %s", group, exc)
             return

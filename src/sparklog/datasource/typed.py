@@ -25,38 +25,40 @@ import pyarrow as pa
 from pyspark.sql.pandas.types import from_arrow_type, to_arrow_type
 from pyspark.sql.types import BinaryType, DataType, StructType
 
+from sparklog.datasource.connections import cluster_client
 from sparklog.datasource.options import ReadOptions, Subscription, _fail
 from sparklog.errors import InvalidRecord, InvalidRequest, SparklogError
 
 if TYPE_CHECKING:
+    from sparklog.client.cluster_address import ClusterAddress
     from sparklog.schemas.codec import Lookup
     from sparklog.schemas.value_schema import ValueSchema
 
 
-def value_arrow_type(zookeeper: str, subscription: Subscription, fields: tuple[str, ...] | None) -> pa.DataType:
+def value_arrow_type(
+    address: ClusterAddress, subscription: Subscription, fields: tuple[str, ...] | None
+) -> pa.DataType:
     """The Arrow type of the values of the subscribed topics as they exist now (``binary`` for plain
     topics, the projected latest-version struct for typed ones)."""
-    from sparklog.coordination.cluster import ClusterMetadata
     from sparklog.schemas.projection import projected_type
-    from sparklog.schemas.registry import SchemaRegistry
 
-    with ClusterMetadata(zookeeper) as cluster:
-        if subscription.pattern is not None:
-            topics = [t for t in cluster.topics() if subscription.matches(t)]
+    view = cluster_client(address).view
+    if subscription.pattern is not None:
+        topics = [t for t in view.topics() if subscription.matches(t)]
+    else:
+        existing = set(view.topics())
+        topics = [t for t in subscription.topics if t in existing]
+    types: dict[str, pa.DataType] = {}
+    for topic in topics:
+        versions = view.schemas(topic)
+        if not versions:
+            types[topic] = pa.binary()
         else:
-            existing = set(cluster.topics())
-            topics = [t for t in subscription.topics if t in existing]
-        registry = SchemaRegistry.from_cluster(cluster)
-        types: dict[str, pa.DataType] = {}
-        for topic in topics:
-            schema = registry.latest_or_none(topic)
-            if schema is None:
-                types[topic] = pa.binary()
-            else:
-                try:
-                    types[topic] = projected_type(schema.arrow_type, fields) if fields else schema.arrow_type
-                except InvalidRequest as exc:
-                    raise _fail("fields", f"{exc} (topic {topic!r})") from None
+            schema = versions[-1]
+            try:
+                types[topic] = projected_type(schema.arrow_type, fields) if fields else schema.arrow_type
+            except InvalidRequest as exc:
+                raise _fail("fields", f"{exc} (topic {topic!r})") from None
     if fields and not any(pa.types.is_struct(t) for t in types.values()):
         where = ", ".join(topics) if topics else subscription.describe()
         raise _fail("fields", f"selects fields of typed values, but {where} has plain (binary) values")
@@ -79,8 +81,8 @@ def spark_value_type(arrow_type: pa.DataType) -> DataType:
 
 
 def value_type_for(options: ReadOptions) -> DataType:
-    """What ``DataSource.schema()`` declares for ``value`` (reads ZooKeeper)."""
-    return spark_value_type(value_arrow_type(options.zookeeper, options.subscription, options.fields))
+    """What ``DataSource.schema()`` declares for ``value`` (reads the cluster's metadata)."""
+    return spark_value_type(value_arrow_type(options.address, options.subscription, options.fields))
 
 
 def to_spark_values(values: pa.Array, target: pa.DataType, where: str) -> pa.Array:

@@ -239,9 +239,9 @@ def ensure_staging_topic(client: ClusterClient, name: str, value_schema: ValueSc
     try:
         meta = client.topic(name, refresh=True)
     except UnknownTopic:
-        brokers = len(client.cluster.brokers())
+        brokers = len(client.view.brokers())
         try:
-            meta = client.cluster.create_topic(
+            meta = client.view.create_topic(
                 name,
                 max(4, 2 * brokers),
                 min(3, max(1, brokers)),
@@ -291,10 +291,10 @@ def typed_staging_topic(staging: str, topic: str, schema: ValueSchema) -> str:
 _partition_counts: dict[tuple[str, str], int] = {}
 
 
-def _partitions_of(client: ClusterClient, zookeeper: str, topic: str) -> int:
+def _partitions_of(client: ClusterClient, topic: str) -> int:
     """The partition count of a topic the sink may write (cached per process); refuses topics that
     do not exist."""
-    key = (zookeeper, topic)
+    key = (client.address.key, topic)
     n = _partition_counts.get(key)
     if n is None:
         try:
@@ -308,7 +308,7 @@ def _partitions_of(client: ClusterClient, zookeeper: str, topic: str) -> int:
 def check_existing_staging_topic(options: WriteOptions) -> None:
     """At save()/start(): a staging topic that exists must keep staged rows (fails the write at
     once, not in its tasks); one that does not exist yet is created by the first task."""
-    client = connections.cluster_client(options.zookeeper)
+    client = connections.cluster_client(options.address)
     try:
         meta = client.topic(options.staging_topic, refresh=True)
     except UnknownTopic:
@@ -321,8 +321,8 @@ def check_target_topic(options: WriteOptions, schema: StructType) -> None:
     ``value`` type (rows naming other topics in a ``topic`` column are checked when written)."""
     if options.topic is None:
         return
-    client = connections.cluster_client(options.zookeeper)
-    _partitions_of(client, options.zookeeper, options.topic)
+    client = connections.cluster_client(options.address)
+    _partitions_of(client, options.topic)
     value = next(f for f in schema.fields if f.name.lower() == "value")
     check_sink_value_type(value.dataType, client.value_schema(options.topic), options.topic)
 
@@ -336,7 +336,7 @@ class Stager:
         self.options = options
         self.task_partition = task_partition
         self.attempt = attempt
-        self.client = connections.cluster_client(options.zookeeper)
+        self.client = connections.cluster_client(options.address)
         # (staging topic, staging partition) -> this task's stream to it
         self.streams: dict[tuple[str, int], connections.PutStream] = {}
         self.staging_partitions: dict[str, int] = {}  # staging topic -> its partition count
@@ -364,7 +364,7 @@ class Stager:
                 raise InvalidRecord(f"sparklog sink: rows name the staging topic {topic!r} as their topic")
             subset = user if rows is None else user.take(pa.array(rows))
             part_col = None if explicit is None else (explicit if rows is None else explicit.take(pa.array(rows)))
-            n = _partitions_of(self.client, self.options.zookeeper, topic)
+            n = _partitions_of(self.client, topic)
             schema = self.client.value_schema(topic)
             staging = self._staging(topic, schema)
             records = self._records(topic, subset, schema)

@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from sparklog.client.cluster_address import resolve
 from sparklog.client.cluster_client import DEFAULT_ZOOKEEPER, ClusterClient
 from sparklog.client.producer.broker_stream import BrokerProduceStream
 from sparklog.client.producer.futures import BatchMetadata, GroupOutcome, ProduceFuture
@@ -33,7 +34,6 @@ from sparklog.errors import InvalidRecord, InvalidRequest
 from sparklog.records import HEADER_TYPE, wire_batch_of_rows
 from sparklog.schemas.codec import decode_avro
 from sparklog.schemas.value_schema import ValueSchema
-from sparklog.security.client_config import ClientSecurity
 
 ACKS = ("0", "1", "all")
 IN_FLIGHT_WAIT_S = 0.05  # how long the linger thread waits for groups in flight before taking the next
@@ -53,6 +53,10 @@ class Producer:
     producer id, so when it retries a batch after a lost acknowledgement or a leader change the
     leader recognises the batch and does not append it twice. The batches of all the partitions a
     broker leads travel to it together; partitions never wait for each other's retries.
+
+    The cluster is found through ``bootstrap_servers`` (``host:port,...``, or
+    ``config={"bootstrap.servers": ...}``): brokers only, no ZooKeeper session; else through
+    ``zookeeper``.
     """
 
     def __init__(
@@ -65,10 +69,11 @@ class Producer:
         retries: int | None = None,
         delivery_timeout_s: float = 30.0,
         request_timeout_s: float = 30.0,
+        *,
+        bootstrap_servers: str | None = None,
         config: Mapping[str, Any] | None = None,
     ) -> None:
-        """``config``: client settings with librdkafka's names (security: ``security.protocol``,
-        ``ssl.*``, ``sasl.*``; see :mod:`sparklog.security.client_config`)."""
+        address = resolve(zookeeper, bootstrap_servers, config)
         acks = "all" if str(acks) in ("all", "-1") else str(acks)
         if acks not in ACKS:
             raise InvalidRequest(f"acks must be 0, 1 or all, got {acks!r}")
@@ -78,8 +83,7 @@ class Producer:
         self.batch_bytes = batch_bytes
         self.delivery_timeout_s = delivery_timeout_s
         self.request_timeout_s = request_timeout_s
-        security = ClientSecurity.from_config(config)
-        self._client = ClusterClient(zookeeper, retries=retries, retry_timeout_s=delivery_timeout_s, security=security)
+        self._client = ClusterClient.connect(address, retries=retries, retry_timeout_s=delivery_timeout_s)
         self._router = RowRouter(batch_records)
         client = self._client
 

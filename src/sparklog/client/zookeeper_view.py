@@ -1,0 +1,194 @@
+"""The cluster as read from ZooKeeper (the client's own session): broker membership and each used
+partition's state are followed by watches, a typed topic's schema versions too; offsets, topics and
+the Spark sink's state are read and written in ZooKeeper directly. For admin tools run next to
+ZooKeeper, and clients not given ``bootstrap.servers``."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from kazoo.protocol.states import EventType, WatchedEvent
+from kazoo.recipe.watchers import ChildrenWatch
+
+from sparklog.client.cluster_view import TopicPartition
+from sparklog.coordination.cluster import BrokerInfo, ClusterMetadata, PartitionState, TopicMetadata
+from sparklog.coordination.sink_state import SinkStates
+from sparklog.schemas.registry import SchemaRegistry
+from sparklog.schemas.value_schema import ValueSchema
+
+
+class ZooKeeperView:
+    """A :class:`~sparklog.client.cluster_view.ClusterView` over a ZooKeeper session."""
+
+    def __init__(self, zookeeper: str, session_timeout_s: float = 10.0) -> None:
+        self.cluster = ClusterMetadata(zookeeper, timeout=session_timeout_s).start()
+        self._topics: dict[str, TopicMetadata] = {}
+        self._leaders: dict[TopicPartition, int] = {}
+        self._brokers: dict[int, BrokerInfo] = {}
+        self._watched: set[TopicPartition] = set()
+        self._state_paths: dict[str, TopicPartition] = {}  # a followed state's znode -> its partition
+        self._registry: SchemaRegistry | None = None
+        self._value_schemas: dict[str, ValueSchema | None] = {}
+        self._lock = threading.Lock()
+        self.sinks = SinkStates(self.cluster.zk, self.cluster.layout)
+        ChildrenWatch(self.cluster.zk, self.cluster.layout.broker_ids, self._on_brokers)
+
+    # ------------------------------------------------------------------ watches
+    def _on_brokers(self, _children: list[str]) -> None:
+        try:
+            self._brokers = self.cluster.brokers()
+        except Exception:  # the session is closing; the next lookup reads again
+            self._brokers = {}
+
+    def _follow_states(self, topic: str) -> None:
+        """Read the state of every partition of a topic not followed yet, all at once (asynchronous
+        reads: one round of ZooKeeper round trips, not one per partition), each followed from then
+        on by a watch that is set again whenever it fires."""
+        zk = self.cluster.zk
+        reads = []
+        for p in range(self.topic(topic).partitions):
+            key = (topic, p)
+            if key in self._watched:
+                continue
+            path = self.cluster.layout.partition_state(topic, p)
+            self._watched.add(key)
+            self._state_paths[path] = key
+            reads.append((key, zk.get_async(path, watch=self._on_state_event)))
+        for key, result in reads:
+            self._got_state(key, result)
+
+    def _got_state(self, key: TopicPartition, result: Any) -> None:
+        try:
+            data, _stat = result.get()
+        except Exception:  # gone (a deleted topic) or the session is closing: looked up again when used
+            self._leaders.pop(key, None)
+            self._watched.discard(key)
+            return
+        self._leaders[key] = PartitionState.from_json(data).leader
+
+    def _on_state_event(self, event: WatchedEvent) -> None:
+        key = self._state_paths.get(event.path) if event.path else None
+        if key is None:
+            return
+        if event.type == EventType.DELETED:
+            self._leaders.pop(key, None)
+            self._watched.discard(key)
+            return
+        result = self.cluster.zk.get_async(event.path, watch=self._on_state_event)
+        result.rawlink(lambda done: self._got_state(key, done))
+
+    # ------------------------------------------------------------------ metadata
+    def brokers(self) -> dict[int, BrokerInfo]:
+        self._brokers = self.cluster.brokers()
+        return dict(self._brokers)
+
+    def topics(self) -> list[str]:
+        return self.cluster.topics()
+
+    def topic(self, name: str, refresh: bool = False) -> TopicMetadata:
+        meta = None if refresh else self._topics.get(name)
+        if meta is None:
+            meta = self._topics[name] = self.cluster.topic(name)
+        return meta
+
+    def leader(self, topic: str, partition: int, refresh: bool = False) -> tuple[int, BrokerInfo | None]:
+        key = (topic, partition)
+        broker_id = None if refresh else self._leaders.get(key)
+        if broker_id is None and not refresh and key not in self._watched:
+            self._follow_states(topic)
+            broker_id = self._leaders.get(key)
+        if broker_id is None:
+            self.topic(topic)
+            broker_id = self._leaders[key] = self.cluster.partition_state(topic, partition).leader
+        info = None if refresh else self._brokers.get(broker_id)
+        if info is None:
+            self._brokers = self.cluster.brokers()
+            info = self._brokers.get(broker_id)
+        return broker_id, info
+
+    def partition_states(self, topic: str) -> dict[int, PartitionState]:
+        meta = self.cluster.topic(topic)
+        return {p: state for p, (state, _v) in self.cluster.partition_states(topic, range(meta.partitions)).items()}
+
+    @property
+    def registry(self) -> SchemaRegistry:
+        if self._registry is None:
+            self._registry = SchemaRegistry.from_cluster(self.cluster)
+        return self._registry
+
+    def value_schema(self, topic: str) -> ValueSchema | None:
+        """The latest value schema of a typed topic (None for a plain one), followed by a watch."""
+        if topic in self._value_schemas:
+            return self._value_schemas[topic]
+        self.topic(topic)  # UnknownTopic for a topic that does not exist
+        path = self.cluster.layout.schemas(topic)
+
+        def on_versions(_children: list[str]) -> bool | None:
+            try:
+                self.registry.refresh(topic)
+                self._value_schemas[topic] = self.registry.latest_or_none(topic)
+            except Exception:  # the topic went away
+                self._value_schemas.pop(topic, None)
+                return False
+            return None
+
+        if self.cluster.zk.exists(path):
+            ChildrenWatch(self.cluster.zk, path, on_versions)
+        if topic not in self._value_schemas:
+            self._value_schemas[topic] = self.registry.latest_or_none(topic)
+        return self._value_schemas[topic]
+
+    def schema_lookup(self, topic: str) -> Callable[[bytes], ValueSchema]:
+        return self.registry.lookup(topic)
+
+    def schemas(self, topic: str) -> list[ValueSchema]:
+        self.cluster.topic(topic)
+        return self.registry.all(topic)
+
+    # ------------------------------------------------------------------ consumer groups
+    def commit_offsets(self, group: str, offsets: Mapping[TopicPartition, int]) -> None:
+        self.cluster.commit_offsets(group, offsets)
+
+    def committed_offsets(self, group: str, topic: str | None = None) -> dict[TopicPartition, int]:
+        return self.cluster.committed_offsets(group, topic)
+
+    def groups(self) -> list[str]:
+        return self.cluster.groups()
+
+    # ------------------------------------------------------------------ administration
+    def create_topic(
+        self,
+        name: str,
+        partitions: int,
+        replication_factor: int = 1,
+        configs: Mapping[str, Any] | None = None,
+        value_schema: Any = None,
+        *,
+        internal: bool = False,
+    ) -> TopicMetadata:
+        return self.cluster.create_topic(name, partitions, replication_factor, configs, value_schema, internal=internal)
+
+    def delete_topic(self, name: str, *, internal: bool = False) -> None:
+        self.cluster.delete_topic(name, internal=internal)
+
+    def alter_topic_configs(self, name: str, configs: Mapping[str, Any], *, internal: bool = False) -> TopicMetadata:
+        return self.cluster.alter_topic_configs(name, configs, internal=internal)
+
+    def register_schema(self, topic: str, schema: Any) -> ValueSchema:
+        self.cluster.topic(topic)
+        return self.registry.register(topic, schema)
+
+    # ------------------------------------------------------------------ the Spark sink's state
+    def read_sink_state(self, sink_id: str) -> tuple[dict[str, Any] | None, int | None]:
+        return self.sinks.read(sink_id)
+
+    def write_sink_state(self, sink_id: str, state: dict[str, Any], version: int | None) -> int:
+        return self.sinks.write(sink_id, state, version)
+
+    def delete_sink_state(self, sink_id: str, version: int | None) -> None:
+        self.sinks.delete(sink_id, version)
+
+    def close(self) -> None:
+        self.cluster.close()
