@@ -26,6 +26,8 @@ class SecureSetup:
     ca: CertificateFiles
     broker_cert: CertificateFiles
     authority: CertificateAuthority
+    extra: dict[str, str] = dataclasses.field(default_factory=dict)  # more broker settings
+    bootstrap: str = ""  # host:port of a broker, once the test knows it
 
     @classmethod
     def create(cls, directory: Path, connect: str, users: dict[str, str] = PASSWORDS) -> SecureSetup:
@@ -61,7 +63,7 @@ class SecureSetup:
         return path
 
     def broker_args(self, _broker_id: int, port: int) -> tuple[str, ...]:
-        return ("--config", str(self.broker_config(port)))
+        return ("--config", str(self.broker_config(port, self.extra)))
 
     def client(self, user: str = "admin", password: str | None = None, **more: str) -> dict[str, str]:
         """Client settings of ``user`` (SASL_SSL, SCRAM-SHA-256)."""

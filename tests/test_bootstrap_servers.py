@@ -192,7 +192,8 @@ def test_bad_cluster_actions_get_clear_errors_and_the_broker_keeps_serving(start
     assert isinstance(answer, dict)
     assert [t["name"] for t in answer["topics"]] == ["t-ok", "missing"]
     assert len(answer["topics"][0]["partitions"]) == 2 and answer["topics"][1]["error"] == UnknownTopic.code
-    assert answer["brokers"] == [{"id": 1, "host": HOST, "port": broker.port}]
+    address = f"{HOST}:{broker.port}"
+    assert answer["brokers"] == [{"id": 1, "host": HOST, "port": broker.port, "endpoints": {"PLAINTEXT": address}}]
     assert _action(loc, wire.PING, b"") == {"broker_id": 1}  # still serving
 
 

@@ -37,6 +37,8 @@ from sparklog.coordination.cluster import BrokerInfo, ClusterMetadata, Partition
 from sparklog.errors import BrokerNotAvailable, InvalidRequest, NotLeader, UnknownTopic
 from sparklog.schemas.registry import SchemaRegistry
 from sparklog.schemas.value_schema import ValueSchema
+from sparklog.security.acl_store import AclCache
+from sparklog.security.authorizer import Authorizer
 from sparklog.security.broker_config import BrokerSecurity, Listener
 from sparklog.security.client_config import load_properties
 from sparklog.security.replica_guard import UNKNOWN, ReplicaGuard
@@ -104,6 +106,7 @@ class Broker:
         self.server: BrokerServer | None = None  # the first listener's
         self.servers: list[BrokerServer] = []
         self.endpoints: list[Listener] = []  # advertised, with the ports bound
+        self._acls: AclCache | None = None  # with authorizer.enabled: every ACL, kept current by watches
         self.cluster_requests: ClusterRequests | None = None  # clients' metadata, offsets and admin
         self.controller: Controller | None = None
         self.zk_connected = False
@@ -125,8 +128,19 @@ class Broker:
             self.cluster, self.registry, lambda: self.live_brokers, self.topic_metadata, self.schemas_of
         )
         guard = ReplicaGuard(self._registered_principal, self.security.broker_principal)
+        authorizer = None
+        if self.security.authorizer:
+            self._acls = AclCache(self.cluster.zk, self.cluster.layout).start()
+            authorizer = Authorizer(self._acls, self.security.super_users)
         bound = open_listeners(
-            self, self.security, self.cluster.zk, self.cluster.layout, self.data_dir, self.max_calls_per_ip, guard
+            self,
+            self.security,
+            self.cluster.zk,
+            self.cluster.layout,
+            self.data_dir,
+            self.max_calls_per_ip,
+            guard,
+            authorizer,
         )  # serving from here on (serve() would only block, and take SIGTERM)
         self.servers = [server for _, server in bound]
         self.server = self.servers[0]
@@ -209,6 +223,8 @@ class Broker:
             server.begin_shutdown()
         self.replication.stop()
         if self.cluster is not None:
+            if self._acls is not None:
+                self._acls.close()
             self.cluster.close()  # leave the cluster: clients and followers look elsewhere
         self.zk_connected = False
         finished = True

@@ -23,19 +23,21 @@ from kazoo.exceptions import KazooException
 from kazoo.handlers.threading import KazooTimeoutError
 
 from sparklog import wire
+from sparklog.broker.call_permissions import CLUSTER, GROUP, TOPIC, UNRESTRICTED, CallPermissions
 from sparklog.coordination.cluster import NUM_PARTITIONS_MAX, BrokerInfo, ClusterMetadata, TopicMetadata
 from sparklog.coordination.sink_state import SinkStates, check_sink_id
-from sparklog.errors import CoordinatorNotAvailable, InvalidRequest, SparklogError
+from sparklog.errors import AuthorizationFailed, CoordinatorNotAvailable, InvalidRequest, SparklogError
 from sparklog.names import check_group_id, check_topic_name
 from sparklog.schemas.registry import SchemaRegistry
 from sparklog.schemas.value_schema import ValueSchema
+from sparklog.security.acls import Operation
 
 MAX_TOPICS = NUM_PARTITIONS_MAX  # names in one metadata request
 MAX_OFFSETS = 100_000  # partitions in one offset commit
 MAX_CONFIGS = 100  # settings in one create or alter
 MAX_SCHEMA_CHARS = 1 << 20
 
-Answer = Callable[[dict[str, Any]], dict[str, Any]]
+Answer = Callable[[dict[str, Any], CallPermissions], dict[str, Any]]
 
 
 def _int(request: Mapping[str, Any], name: str, default: int | None = None) -> int:
@@ -93,6 +95,15 @@ def _zookeeper_errors() -> Iterator[None]:
         raise CoordinatorNotAvailable(f"the broker could not reach ZooKeeper ({type(exc).__name__}); retry") from None
 
 
+def _denied(name: str, may: CallPermissions, operation: Operation) -> dict[str, Any]:
+    """The metadata entry of a topic the caller may not see (Kafka: TOPIC_AUTHORIZATION_FAILED)."""
+    try:
+        may.check(operation, TOPIC, name)
+    except AuthorizationFailed as exc:
+        return {"name": name, "error": exc.code, "message": str(exc)[: wire.MAX_ERROR_MESSAGE]}
+    return {"name": name}
+
+
 def _broker_entry(info: BrokerInfo) -> dict[str, Any]:
     """A live broker as the ``metadata`` answer lists it (its registration's shape: one address
     per listener, so a client picks the one of its ``security.protocol``)."""
@@ -133,16 +144,18 @@ class ClusterRequests:
             wire.SINK_STATE: self.sink_state,
         }
 
-    def answer(self, action: str, request: dict[str, Any]) -> dict[str, Any]:
-        """The answer to one of :attr:`actions`."""
+    def answer(self, action: str, request: dict[str, Any], may: CallPermissions = UNRESTRICTED) -> dict[str, Any]:
+        """The answer to one of :attr:`actions`, for a caller with permissions ``may`` (each action
+        checks Kafka's ACLs for it: Describe to see a topic or group, Read on the group and the
+        topic to commit, Create/Delete/Alter to administer a topic)."""
         with _zookeeper_errors():
-            return self.actions[action](request)
+            return self.actions[action](request, may)
 
     # ----------------------------------------------------------------- metadata
-    def metadata(self, request: dict[str, Any]) -> dict[str, Any]:
+    def metadata(self, request: dict[str, Any], may: CallPermissions) -> dict[str, Any]:
         names = request.get("topics")
-        if names is None:
-            names = self.cluster.topics()
+        if names is None:  # every topic the caller may see
+            names = [n for n in self.cluster.topics() if may.allowed(Operation.DESCRIBE, TOPIC, n)]
         elif not isinstance(names, list) or len(names) > MAX_TOPICS:
             raise InvalidRequest(f"'topics' must be null (all) or a list of at most {MAX_TOPICS} topic names")
         else:
@@ -151,7 +164,12 @@ class ClusterRequests:
         if not isinstance(describe, bool):
             raise InvalidRequest(f"'describe' must be true or false, got {describe!r:.100}")
         brokers = [_broker_entry(b) for b in self.live_brokers().values()]
-        topics = [self._describe(name) if describe else {"name": name} for name in names]
+        topics = [
+            (self._describe(name) if describe else {"name": name})
+            if may.allowed(Operation.DESCRIBE, TOPIC, name)
+            else _denied(name, may, Operation.DESCRIBE)
+            for name in names
+        ]
         return {"brokers": brokers, "topics": topics}
 
     def _describe(self, name: str) -> dict[str, Any]:
@@ -173,12 +191,13 @@ class ClusterRequests:
         return {**topic_json(meta), "partitions": partitions, "schemas": schemas}
 
     # ----------------------------------------------------------------- group offsets
-    def offset_commit(self, request: dict[str, Any]) -> dict[str, Any]:
+    def offset_commit(self, request: dict[str, Any], may: CallPermissions) -> dict[str, Any]:
         group = check_group_id(request.get("group"))
+        may.check(Operation.READ, GROUP, group)
         by_topic = _map(request, "offsets", MAX_OFFSETS)
         offsets: dict[tuple[str, int], int] = {}
         for topic, parts in by_topic.items():
-            check_topic_name(topic)
+            may.check(Operation.READ, TOPIC, check_topic_name(topic))
             if not isinstance(parts, dict):
                 raise InvalidRequest(f"'offsets' of topic {topic!r} must be a JSON object of partition: offset")
             for p in parts:
@@ -188,22 +207,27 @@ class ClusterRequests:
         self.cluster.commit_offsets(group, offsets)  # the ZooKeeper path's checks (negative offsets...)
         return {}
 
-    def offset_fetch(self, request: dict[str, Any]) -> dict[str, Any]:
+    def offset_fetch(self, request: dict[str, Any], may: CallPermissions) -> dict[str, Any]:
         group = check_group_id(request.get("group"))
+        may.check(Operation.DESCRIBE, GROUP, group)
         topic = request.get("topic")
         if topic is not None:
-            check_topic_name(topic)
+            may.check(Operation.DESCRIBE, TOPIC, check_topic_name(topic))
         out: dict[str, dict[str, int]] = {}
         for (t, p), offset in sorted(self.cluster.committed_offsets(group, topic).items()):
+            if topic is None and not may.allowed(Operation.DESCRIBE, TOPIC, t):
+                continue
             out.setdefault(t, {})[str(p)] = offset
         return {"offsets": out}
 
-    def list_groups(self, _request: dict[str, Any]) -> dict[str, Any]:
-        return {"groups": self.cluster.groups()}
+    def list_groups(self, _request: dict[str, Any], may: CallPermissions) -> dict[str, Any]:
+        return {"groups": [g for g in self.cluster.groups() if may.allowed(Operation.DESCRIBE, GROUP, g)]}
 
     # ----------------------------------------------------------------- topic administration
-    def create_topic(self, request: dict[str, Any]) -> dict[str, Any]:
+    def create_topic(self, request: dict[str, Any], may: CallPermissions) -> dict[str, Any]:
         name = check_topic_name(request.get("name"))
+        if not may.allowed(Operation.CREATE, CLUSTER):  # Kafka: Create on the cluster or on the topic
+            may.check(Operation.CREATE, TOPIC, name)
         schema = request.get("value_schema")
         if schema is not None and not (isinstance(schema, str | dict) and len(str(schema)) <= MAX_SCHEMA_CHARS):
             raise InvalidRequest("'value_schema' must be Avro schema JSON (text or object) of at most 1 MiB")
@@ -217,19 +241,23 @@ class ClusterRequests:
         )
         return topic_json(meta)
 
-    def delete_topic(self, request: dict[str, Any]) -> dict[str, Any]:
-        self.cluster.delete_topic(check_topic_name(request.get("name")), internal=_bool(request, "internal"))
+    def delete_topic(self, request: dict[str, Any], may: CallPermissions) -> dict[str, Any]:
+        name = check_topic_name(request.get("name"))
+        may.check(Operation.DELETE, TOPIC, name)
+        self.cluster.delete_topic(name, internal=_bool(request, "internal"))
         return {}
 
-    def alter_configs(self, request: dict[str, Any]) -> dict[str, Any]:
+    def alter_configs(self, request: dict[str, Any], may: CallPermissions) -> dict[str, Any]:
         name = check_topic_name(request.get("name"))
+        may.check(Operation.ALTER, TOPIC, name)
         if request.get("configs") is None:
             raise InvalidRequest("request is missing 'configs'")
         meta = self.cluster.alter_topic_configs(name, _configs(request), internal=_bool(request, "internal"))
         return topic_json(meta)
 
-    def register_schema(self, request: dict[str, Any]) -> dict[str, Any]:
+    def register_schema(self, request: dict[str, Any], may: CallPermissions) -> dict[str, Any]:
         topic = check_topic_name(request.get("topic"))
+        may.check(Operation.ALTER, TOPIC, topic)
         schema = request.get("schema")
         if not isinstance(schema, str | dict) or len(str(schema)) > MAX_SCHEMA_CHARS:
             raise InvalidRequest("'schema' must be Avro schema JSON (text or object) of at most 1 MiB")
@@ -238,9 +266,9 @@ class ClusterRequests:
         return {"version": registered.version, "schema": registered.json}
 
     # ----------------------------------------------------------------- the Spark sink's state
-    def sink_state(self, request: dict[str, Any]) -> dict[str, Any]:
+    def sink_state(self, request: dict[str, Any], _may: CallPermissions) -> dict[str, Any]:
         op = request.get("op")
-        sink = check_sink_id(request.get("sink"))
+        sink = check_sink_id(request.get("sink"))  # no ACL resource yet (Kafka's would be a transactional id)
         if op == "read":
             state, version = self.sinks.read(sink)
             return {"state": state, "version": version}

@@ -13,6 +13,7 @@ from kazoo.client import KazooClient
 
 from sparklog.broker.server import BrokerServer, ListenerTls
 from sparklog.coordination.zk_layout import ZkLayout
+from sparklog.security.authorizer import Authorizer
 from sparklog.security.broker_config import BrokerSecurity, Listener
 from sparklog.security.credential_store import CredentialStore, KnownUsers
 from sparklog.security.replica_guard import ReplicaGuard
@@ -49,8 +50,10 @@ def open_listeners(
     data_dir: Path,
     max_calls_per_ip: int,
     guard: ReplicaGuard | None,
+    authorizer: Authorizer | None = None,
 ) -> list[tuple[Listener, BrokerServer]]:
-    """Bind every listener (serving from then on); each with the port it got."""
+    """Bind every listener (serving from then on); each with the port it got. ``authorizer``: the
+    ACL check of every call (None: none)."""
     auth = None
     if security.authenticates:
         store = CredentialStore(zk, layout)
@@ -73,6 +76,7 @@ def open_listeners(
                 tls if listener.tls else None,
                 auth if listener.sasl else None,
                 guard,
+                authorizer,
             )
             opened.append((Listener(listener.protocol, listener.host, server.port), server))
     except BaseException:

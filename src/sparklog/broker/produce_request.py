@@ -107,8 +107,17 @@ class ProduceRequestStream:
         self.target = target
         self.acks = acks
         self.stopping = stopping
+        self._may_write: Callable[[str], None] = lambda _topic: None
 
-    def serve(self, reader: flight.MetadataRecordBatchReader, writer: flight.FlightMetadataWriter) -> None:
+    def serve(
+        self,
+        reader: flight.MetadataRecordBatchReader,
+        writer: flight.FlightMetadataWriter,
+        may_write: Callable[[str], None] = lambda _topic: None,
+    ) -> None:
+        """``may_write(topic)``: raises AuthorizationFailed if the caller may not write ``topic``
+        (that batch fails alone, as any refused batch)."""
+        self._may_write = may_write
         pending: list[_Appended | SparklogError] = []
         failed: dict[tuple[str, str], SparklogError] = {}  # a partition's first failed batch in the request
         for batch, metadata in record_batches(reader):
@@ -134,6 +143,7 @@ class ProduceRequestStream:
         if self.stopping():
             raise NotLeader(f"broker {self.target.broker_id} is shutting down")
         topic = check_topic_name(meta.get("t"))
+        self._may_write(topic)
         p = _int_field(meta, "p")
         producer_id = _int_field(meta, "pid", -1)
         sequence = _int_field(meta, "seq", -1)

@@ -23,6 +23,7 @@ import pyarrow.flight as flight
 
 from sparklog import fetch_columns, wire
 from sparklog.broker.call_limits import DEFAULT_MAX_CALLS_PER_IP, MIDDLEWARE_KEY, CallLimits, admit
+from sparklog.broker.call_permissions import CLUSTER, TOPIC, CallPermissions, permissions, principal
 from sparklog.broker.consumer_messages import _coalesced as _coalesced  # tests use it from here
 from sparklog.broker.consumer_messages import consumer_messages
 from sparklog.broker.fetch_follower import FetchFollower, next_offset
@@ -42,7 +43,8 @@ from sparklog.errors import (
 )
 from sparklog.multi_fetch import FETCH_MANY
 from sparklog.names import check_topic_name
-from sparklog.security.principal import ANONYMOUS
+from sparklog.security.acls import Operation
+from sparklog.security.authorizer import Authorizer
 from sparklog.security.replica_guard import ReplicaGuard
 
 if TYPE_CHECKING:
@@ -120,13 +122,6 @@ def _parse(data: bytes | Any) -> dict[str, Any]:
     return request
 
 
-def principal(context: flight.ServerCallContext) -> str:
-    """Who made the call: the principal its session token names on a SASL listener, else
-    ``User:ANONYMOUS``."""
-    identity = context.peer_identity()
-    return identity.decode() if identity else ANONYMOUS
-
-
 class BrokerServer(flight.FlightServerBase):
     """Serves one broker's partitions over Arrow Flight, on one of its listeners."""
 
@@ -138,10 +133,12 @@ class BrokerServer(flight.FlightServerBase):
         tls: ListenerTls | None = None,
         auth_handler: flight.ServerAuthHandler | None = None,
         replica_guard: ReplicaGuard | None = None,
+        authorizer: Authorizer | None = None,
     ) -> None:
         """``tls``: the listener's certificate (and the CA client certificates must chain to, for
         mutual TLS); ``auth_handler``: SASL on this listener; ``replica_guard``: who may fetch as a
-        replica (None: anyone, the single-host default)."""
+        replica (None: anyone, the single-host default); ``authorizer``: ACLs checked on every call
+        (None: every call may do everything)."""
         self.limits = CallLimits(max_calls_per_ip)
         options: dict[str, Any] = {}
         if tls is not None:
@@ -152,11 +149,18 @@ class BrokerServer(flight.FlightServerBase):
         super().__init__(location, auth_handler=auth_handler, middleware={MIDDLEWARE_KEY: self.limits}, **options)
         self.broker = broker
         self.replica_guard = replica_guard
+        self.authorizer = authorizer
         self.stopping = False
 
     def _check_replica(self, context: flight.ServerCallContext, replica_id: object) -> None:
-        if self.replica_guard is not None and isinstance(replica_id, int) and replica_id >= 0:
-            self.replica_guard.check(principal(context), replica_id)
+        """A fetch naming a replica: only that broker may send it (and brokers need ClusterAction)."""
+        if isinstance(replica_id, int) and replica_id >= 0:
+            if self.replica_guard is not None:
+                self.replica_guard.check(principal(context), replica_id)
+            self._may(context).check(Operation.CLUSTER_ACTION, CLUSTER)
+
+    def _may(self, context: flight.ServerCallContext) -> CallPermissions:
+        return permissions(context, self.authorizer)
 
     def begin_shutdown(self) -> None:
         """Refuse new work and end long polls now (``shutdown()`` waits for running calls)."""
@@ -182,7 +186,9 @@ class BrokerServer(flight.FlightServerBase):
                 raise InvalidRequest(f"acks must be 0, 1 or all, got {acks!r}")
             acks = "all" if acks == "-1" else acks
             if request.get("type") == wire.PRODUCE_MANY:
-                ProduceRequestStream(self.broker, acks, lambda: self.stopping).serve(reader, writer)
+                may = self._may(context)
+                stream = ProduceRequestStream(self.broker, acks, lambda: self.stopping)
+                stream.serve(reader, writer, lambda topic: may.check(Operation.WRITE, TOPIC, topic))
                 return
             if request.get("type") != wire.PRODUCE:
                 raise InvalidRequest(f"unknown put type {request.get('type')!r}")
@@ -192,6 +198,7 @@ class BrokerServer(flight.FlightServerBase):
             writer_version = request.get("schema_version")
             if writer_version is not None and not isinstance(writer_version, int):
                 raise InvalidRequest(f"'schema_version' must be an integer, got {writer_version!r}")
+            self._may(context).check(Operation.WRITE, TOPIC, topic)
             self.broker.leader_partition(topic, p, for_write=True)
             for data, metadata in record_batches(reader):
                 if self.stopping:
@@ -216,6 +223,7 @@ class BrokerServer(flight.FlightServerBase):
                 self._check_replica(context, request.get("replica_id"))
                 return self._replica_fetch(request, context)
             if request.get("type") == FETCH_MANY:
+                self._may(context).check(Operation.READ, TOPIC, check_topic_name(request.get("topic")))
                 return self._multi_fetch(request, context)
             topic, p = _topic(request), _int(request, "partition")
             offset = _int(request, "offset")
@@ -223,6 +231,8 @@ class BrokerServer(flight.FlightServerBase):
             max_wait_ms = min(max(_int(request, "max_wait_ms", 0), 0), MAX_WAIT_MS)
             replica_id = _int(request, "replica_id", -1)
             self._check_replica(context, replica_id)
+            if replica_id < 0:
+                self._may(context).check(Operation.READ, TOPIC, topic)
             epoch = request.get("leader_epoch")
             fields = request.get("fields")
             if fields is not None and (
@@ -328,16 +338,17 @@ class BrokerServer(flight.FlightServerBase):
             if action.type == wire.PING:
                 result: dict[str, Any] = {"broker_id": self.broker.broker_id}
             elif action.type == wire.LIST_OFFSETS:
-                result = self._list_offsets(request)
+                result = self._list_offsets(request, self._may(context))
             elif action.type == wire.OFFSETS_FOR_LEADER_EPOCH:
                 self._check_replica(context, request.get("replica_id"))
                 result = self._offsets_for_leader_epoch(request)
             elif action.type == wire.COPY_RECORDS:
                 if self.stopping:
                     raise NotLeader(f"broker {self.broker.broker_id} is shutting down")
+                self._check_copy(request, self._may(context))
                 result = copy_records(self.broker, request)
             elif self.broker.cluster_requests is not None and action.type in self.broker.cluster_requests.actions:
-                result = self.broker.cluster_requests.answer(action.type, request)
+                result = self.broker.cluster_requests.answer(action.type, request, self._may(context))
             else:
                 raise InvalidRequest(f"unknown action {action.type!r}"[:200])
         return iter([wire.encode(result)])
@@ -351,18 +362,28 @@ class BrokerServer(flight.FlightServerBase):
             *((name, "cluster metadata, group offsets, topic administration") for name in wire.CLUSTER_ACTIONS),
         ]
 
-    def _list_offsets(self, request: dict[str, Any]) -> dict[str, Any]:
+    def _check_copy(self, request: dict[str, Any], may: CallPermissions) -> None:
+        """``copy_records`` reads its source topics and writes its target topic."""
+        may.check(Operation.WRITE, TOPIC, _topic(request))
+        slices = request.get("slices")
+        for item in slices if isinstance(slices, list) else ():
+            if isinstance(item, dict):
+                may.check(Operation.READ, TOPIC, check_topic_name(item.get("topic")))
+
+    def _list_offsets(self, request: dict[str, Any], may: CallPermissions) -> dict[str, Any]:
         """One partition's offsets; or, with ``"partitions": [{"topic", "partition", "timestamp"?}, ...]``,
         ``{"results": [...]}`` with each partition's offsets or its own ``{"error", "message"}``
         (Kafka's ListOffsets: a consumer of many partitions asks each leader once)."""
         items = request.get("partitions")
         if items is None:
+            may.check(Operation.DESCRIBE, TOPIC, _topic(request))
             return self._partition_offsets(request)
         if not isinstance(items, list) or len(items) > MAX_LIST_OFFSETS or not all(isinstance(i, dict) for i in items):
             raise InvalidRequest(f"'partitions' must be a list of at most {MAX_LIST_OFFSETS} objects")
         results: list[dict[str, Any]] = []
         for item in items:
             try:
+                may.check(Operation.DESCRIBE, TOPIC, _topic(item))
                 results.append(self._partition_offsets(item))
             except SparklogError as exc:  # this partition only
                 results.append({"error": exc.code, "message": str(exc)[: wire.MAX_ERROR_MESSAGE]})

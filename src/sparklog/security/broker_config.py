@@ -11,6 +11,8 @@ properties file (``sparklog broker --config server.properties``):
   brokers; ``ssl.client.auth``: ``required`` (mutual TLS) or ``none`` (default).
 - ``sasl.enabled.mechanisms``: ``SCRAM-SHA-256`` (default) and/or ``PLAIN``.
 - ``super.users``: ``User:admin;User:broker`` — allowed everything.
+- ``authorizer.enabled``: ``true`` to check ACLs (ZooKeeper, ``sparklog acls``) on every call;
+  then a call that no ACL allows is refused (Kafka's ``allow.everyone.if.no.acl.found=false``).
 - ``security.inter.broker.protocol``: the listener brokers use among themselves (default
   PLAINTEXT); with SASL, ``inter.broker.sasl.username`` / ``inter.broker.sasl.password`` are the
   credentials this broker authenticates with (its principal, registered in ZooKeeper).
@@ -80,6 +82,7 @@ class BrokerSecurity:
     mechanisms: tuple[str, ...] = ("SCRAM-SHA-256",)
     super_users: frozenset[str] = frozenset()
     inter_broker: ClientSecurity = ClientSecurity()
+    authorizer: bool = False
 
     @classmethod
     def plaintext(cls, host: str, port: int) -> BrokerSecurity:
@@ -123,6 +126,9 @@ class BrokerSecurity:
         super_users = frozenset(
             parse_principal(p.strip()) for p in properties.get("super.users", "").split(";") if p.strip()
         )
+        authorizer = properties.get("authorizer.enabled", "false").lower()
+        if authorizer not in ("true", "false"):
+            raise InvalidConfig(f"authorizer.enabled must be true or false, got {authorizer!r:.40}")
         protocol = properties.get("security.inter.broker.protocol", "PLAINTEXT").upper()
         if protocol not in (listener.protocol for listener in listeners):
             raise InvalidConfig(f"security.inter.broker.protocol is {protocol} but no listener uses it")
@@ -149,6 +155,7 @@ class BrokerSecurity:
             mechanisms,
             super_users,
             inter_broker,
+            authorizer == "true",
         )
 
     @property

@@ -1,0 +1,113 @@
+"""ACLs enforced by a broker with ``authorizer.enabled=true`` (issue 17): each operation is denied
+with a message naming it, then allowed once an ACL allows it; super users may do everything."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from broker_helpers import BrokerProcess, wait_for
+from security_helpers import SecureSetup
+from sparklog.client.admin import Admin
+from sparklog.client.consumer import Consumer
+from sparklog.client.producer import Producer
+from sparklog.errors import AuthorizationFailed
+from sparklog.security.acl_store import AclStore
+from sparklog.security.acls import AclBinding, ResourcePattern
+
+TOPIC = "orders"
+
+
+@pytest.fixture
+def secure(sparklog_connect: str, tmp_path: Path) -> SecureSetup:
+    setup = SecureSetup.create(tmp_path / "security", sparklog_connect)
+    setup.extra = {"authorizer.enabled": "true"}
+    return setup
+
+
+@pytest.fixture
+def broker(secure: SecureSetup, sparklog_connect: str, child_processes, tmp_path: Path) -> BrokerProcess:
+    process = BrokerProcess(1, tmp_path / "broker-1", sparklog_connect, child_processes)
+    process.extra_args = list(secure.broker_args(1, process.port))
+    return process.start()
+
+
+def allow(secure: SecureSetup, resource: str, name: str, operation: str, user: str = "alice") -> None:
+    with secure.store() as store:
+        acls = AclStore(store.zk, store.layout)
+        acls.add([AclBinding.parse(ResourcePattern.parse(resource, name), f"User:{user}", "*", operation, "Allow")])
+
+
+def remove(secure: SecureSetup, resource: str, name: str, operation: str, user: str = "alice") -> None:
+    with secure.store() as store:
+        acls = AclStore(store.zk, store.layout)
+        acls.remove([AclBinding.parse(ResourcePattern.parse(resource, name), f"User:{user}", "*", operation, "Allow")])
+
+
+def produce(secure: SecureSetup, values: list[bytes]) -> None:
+    config = {**secure.client("alice"), "bootstrap.servers": secure.bootstrap}
+    with Producer(acks="all", config=config, delivery_timeout_s=10) as producer:
+        for future in [producer.send(TOPIC, v, partition=0) for v in values]:
+            future.result(30)
+
+
+def consume(secure: SecureSetup, group: str | None = None) -> list[bytes]:
+    with Consumer(
+        TOPIC,
+        group=group,
+        bootstrap_servers=secure.bootstrap,
+        auto_offset_reset="earliest",
+        config=secure.client("alice"),
+        retry_timeout_s=5,
+    ) as consumer:
+        got: list[bytes] = []
+        for _ in range(50):
+            for batch in consumer.poll_batches(timeout=0.2):
+                got.extend(batch.column("value").to_pylist())
+            if got:
+                break
+        if group is not None:
+            consumer.commit()
+        return got
+
+
+def test_each_operation_is_denied_then_allowed_by_an_acl(secure: SecureSetup, broker: BrokerProcess) -> None:
+    bootstrap = secure.bootstrap = f"127.0.0.1:{broker.port}"
+    with (
+        Admin(bootstrap_servers=bootstrap, config=secure.client("alice")) as alice,
+        pytest.raises(AuthorizationFailed, match=f"User:alice may not Create topic '{TOPIC}'"),
+    ):
+        alice.create_topic(TOPIC, 1, 1)
+    with Admin(bootstrap_servers=bootstrap, config=secure.client("admin")) as admin:  # a super user
+        admin.create_topic(TOPIC, 1, 1)
+
+    with pytest.raises(AuthorizationFailed, match=f"User:alice may not (Write|Describe) topic '{TOPIC}'"):
+        produce(secure, [b"denied"])
+    allow(secure, "topic", TOPIC, "Write")
+    wait_for(lambda: _succeeds(lambda: produce(secure, [b"one", b"two"])), 15, "Write to be allowed")
+
+    with pytest.raises(AuthorizationFailed, match=f"may not (Read|Describe) topic '{TOPIC}'"):
+        consume(secure)
+    allow(secure, "topic", TOPIC, "Read")
+    got = wait_for(lambda: _succeeds(lambda: consume(secure)), 15, "Read to be allowed")
+    assert got[:2] == [b"one", b"two"]
+
+    with pytest.raises(AuthorizationFailed, match="User:alice may not (Read|Describe) group 'g1'"):
+        consume(secure, group="g1")
+    allow(secure, "group", "g1", "Read")
+    wait_for(lambda: _succeeds(lambda: consume(secure, group="g1")), 15, "the group to be allowed")
+
+    # a removed ACL takes effect on the next call
+    remove(secure, "topic", TOPIC, "Write")
+    wait_for(lambda: not _succeeds(lambda: produce(secure, [b"late"])), 15, "Write to be denied again")
+
+    with Admin(bootstrap_servers=bootstrap, config=secure.client("bob")) as bob:  # no ACL at all: sees nothing
+        assert TOPIC not in bob.list_topics()
+
+
+def _succeeds(action) -> object:
+    try:
+        return action() or True
+    except AuthorizationFailed:
+        return False
