@@ -12,6 +12,7 @@ from kazoo.client import KazooClient
 from sparklog.coordination.zk_layout import ZkLayout, split_connect_string
 from sparklog.security.certificates import CertificateAuthority, CertificateFiles
 from sparklog.security.credential_store import CredentialStore
+from sparklog.security.zookeeper_acls import ZooKeeperDigest, client_options
 
 HOST = "127.0.0.1"
 PASSWORDS = {"admin": "admin-secret", "broker": "broker-secret", "alice": "alice-secret", "bob": "bob-secret"}
@@ -28,21 +29,31 @@ class SecureSetup:
     authority: CertificateAuthority
     extra: dict[str, str] = dataclasses.field(default_factory=dict)  # more broker settings
     bootstrap: str = ""  # host:port of a broker, once the test knows it
+    zookeeper_digest: ZooKeeperDigest | None = None  # ZooKeeper locked down to this identity
 
     @classmethod
-    def create(cls, directory: Path, connect: str, users: dict[str, str] = PASSWORDS) -> SecureSetup:
+    def create(
+        cls,
+        directory: Path,
+        connect: str,
+        users: dict[str, str] = PASSWORDS,
+        zookeeper_digest: ZooKeeperDigest | None = None,
+    ) -> SecureSetup:
         directory.mkdir(parents=True, exist_ok=True)
         authority = CertificateAuthority.create("test CA")
         setup = cls(
             directory, connect, authority.write(directory), authority.issue_files(directory, "broker"), authority
         )
+        setup.zookeeper_digest = zookeeper_digest
+        if zookeeper_digest is not None:
+            setup.extra["zookeeper.digest"] = f"{zookeeper_digest.username}:{zookeeper_digest.password}"
         with setup.store() as store:
             for user, password in users.items():
                 store.upsert(user, password, iterations=4096)
         return setup
 
     def store(self) -> _Store:
-        return _Store(self.connect)
+        return _Store(self.connect, self.zookeeper_digest)
 
     def broker_config(self, port: int, extra: dict[str, str] | None = None) -> Path:
         """The properties file of a broker listening (SASL_SSL) on ``port``."""
@@ -80,9 +91,9 @@ class SecureSetup:
 class _Store:
     """A :class:`CredentialStore` on its own ZooKeeper session (a context manager)."""
 
-    def __init__(self, connect: str) -> None:
+    def __init__(self, connect: str, digest: ZooKeeperDigest | None = None) -> None:
         hosts, root = split_connect_string(connect)
-        self.zk = KazooClient(hosts=hosts, timeout=10.0)
+        self.zk = KazooClient(hosts=hosts, timeout=10.0, **client_options(digest))
         self.layout = ZkLayout(root)
 
     def __enter__(self) -> CredentialStore:

@@ -120,7 +120,9 @@ class Broker:
 
     # ----------------------------------------------------------------- lifecycle
     def start(self) -> Broker:
-        self.cluster = ClusterMetadata(self.zookeeper, timeout=self.session_timeout_s).start()
+        self.cluster = ClusterMetadata(
+            self.zookeeper, timeout=self.session_timeout_s, digest=self.security.zookeeper_digest
+        ).start()
         self.registry = SchemaRegistry.from_cluster(self.cluster)
         self.zk_connected = True
         self.cluster.zk.add_listener(self._on_zk_state)

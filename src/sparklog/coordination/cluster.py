@@ -26,6 +26,7 @@ from sparklog.errors import (
     UnknownTopic,
 )
 from sparklog.names import check_group_id, check_not_internal, check_topic_name
+from sparklog.security.zookeeper_acls import ZooKeeperDigest, client_options
 
 # the most partitions a topic may have (Kafka's num.partitions.max; KIP-578 has no default, we pick
 # one that keeps a topic's metadata a small fraction of ZooKeeper's 1 MB znode limit)
@@ -157,12 +158,21 @@ def _chunks(ops: list[tuple[str, str, bytes]]) -> Iterable[list[tuple[str, str, 
 class ClusterMetadata:
     """Reads and writes sparklog's ZooKeeper nodes (layout: :mod:`sparklog.coordination.zk_layout`)."""
 
-    def __init__(self, connect: str, timeout: float = 10.0, client: KazooClient | None = None) -> None:
+    def __init__(
+        self,
+        connect: str,
+        timeout: float = 10.0,
+        client: KazooClient | None = None,
+        digest: ZooKeeperDigest | None = None,
+    ) -> None:
+        """``digest``: authenticate to ZooKeeper and create znodes only it may change (default: env
+        ``SPARKLOG_ZOOKEEPER_DIGEST``, if set; :mod:`sparklog.security.zookeeper_acls`)."""
         hosts, root = split_connect_string(connect)
         self.connect = connect
         self.layout = ZkLayout(root)
         self._own_client = client is None
-        self.zk = client or KazooClient(hosts=hosts, timeout=timeout)
+        digest = digest or ZooKeeperDigest.from_env()
+        self.zk = client or KazooClient(hosts=hosts, timeout=timeout, **client_options(digest))
         self._timeout = timeout
 
     # ----------------------------------------------------------------- lifecycle

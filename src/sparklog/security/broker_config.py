@@ -11,6 +11,8 @@ properties file (``sparklog broker --config server.properties``):
   brokers; ``ssl.client.auth``: ``required`` (mutual TLS) or ``none`` (default).
 - ``sasl.enabled.mechanisms``: ``SCRAM-SHA-256`` (default) and/or ``PLAIN``.
 - ``super.users``: ``User:admin;User:broker`` — allowed everything.
+- ``zookeeper.digest``: ``user:password``: authenticate to ZooKeeper and create znodes only that
+  identity may change (:mod:`sparklog.security.zookeeper_acls`).
 - ``authorizer.enabled``: ``true`` to check ACLs (ZooKeeper, ``sparklog acls``) on every call;
   then a call that no ACL allows is refused (Kafka's ``allow.everyone.if.no.acl.found=false``).
 - ``security.inter.broker.protocol``: the listener brokers use among themselves (default
@@ -27,6 +29,7 @@ from pathlib import Path
 from sparklog.errors import InvalidConfig
 from sparklog.security.client_config import MECHANISMS, PROTOCOLS, ClientSecurity
 from sparklog.security.principal import parse_principal, user_principal
+from sparklog.security.zookeeper_acls import ZooKeeperDigest
 
 TLS_PROTOCOLS = ("SSL", "SASL_SSL")
 SASL_PROTOCOLS = ("SASL_PLAINTEXT", "SASL_SSL")
@@ -83,6 +86,7 @@ class BrokerSecurity:
     super_users: frozenset[str] = frozenset()
     inter_broker: ClientSecurity = ClientSecurity()
     authorizer: bool = False
+    zookeeper_digest: ZooKeeperDigest | None = None
 
     @classmethod
     def plaintext(cls, host: str, port: int) -> BrokerSecurity:
@@ -156,6 +160,7 @@ class BrokerSecurity:
             super_users,
             inter_broker,
             authorizer == "true",
+            ZooKeeperDigest.parse(properties["zookeeper.digest"]) if properties.get("zookeeper.digest") else None,
         )
 
     @property

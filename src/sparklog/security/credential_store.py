@@ -13,6 +13,7 @@ from sparklog.coordination.zk_layout import ZkLayout
 from sparklog.errors import InvalidRequest
 from sparklog.names import check_user_name
 from sparklog.security.scram import DEFAULT_ITERATIONS, ScramCredential
+from sparklog.security.zookeeper_acls import private_acl
 
 MIN_ITERATIONS = 4096  # Kafka's minimum for SCRAM-SHA-256
 
@@ -33,7 +34,7 @@ class CredentialStore:
         path = self.layout.user(user)
         data = ScramCredential.create(password, iterations).to_json()
         try:
-            self.zk.create(path, data, makepath=True)
+            self.zk.create(path, data, acl=private_acl(self.zk), makepath=True)
             return True
         except NodeExistsError:
             self.zk.set(path, data)
