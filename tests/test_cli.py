@@ -24,6 +24,8 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
+from kazoo.client import KazooClient
+from kazoo.exceptions import NoAuthError
 
 from sparklog.cli.common import CliError, format_table, parse_configs, parse_time, zookeeper_hosts
 from sparklog.cli.consume import format_batch
@@ -688,3 +690,48 @@ def test_broker_command_refuses_a_busy_port(chroot: str, tmp_path: Path) -> None
     with socket_listening() as busy:
         result = run_cli("broker", "--id", "1", "--port", str(busy), "--data-dir", str(tmp_path / "b"), zk=chroot)
     assert_one_line_error(result, "already listening", str(busy))
+
+
+def test_up_secure_runs_a_cluster_only_its_admin_reaches(tmp_path: Path) -> None:
+    """``sparklog up --secure``: TLS, SCRAM and ACLs on; the printed client.properties works with
+    --command-config, plaintext and a wrong password are refused, ZooKeeper refuses anonymous writes."""
+    data = tmp_path / "data"
+    zk_port = free_port()
+    command = [*CLI, "up", "--secure", "--data-dir", str(data), "--broker-port", "0", "--zookeeper-port", str(zk_port)]
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=_env())
+    try:
+        out = _Lines(proc)
+        out.wait_for(lambda line: line.startswith("sparklog is up (TLS, SCRAM, ACLs)"))
+        properties = data / "client.properties"
+        assert f"--command-config {properties}" in out.seen[-1]
+        assert properties.stat().st_mode & 0o077 == 0  # it holds a password
+        config = ("--command-config", str(properties))
+        ok("topics", "create", "secured", "--partitions", "2", *config)
+        ok("produce", "secured", *config, input="".join(f"v{i}\n" for i in range(20)))
+        consumed = ok("consume", "secured", "--from-beginning", "--max-messages", "20", *config)
+        assert sorted(consumed.stdout.splitlines()) == sorted(f"v{i}" for i in range(20))
+
+        servers = next(line for line in properties.read_text().splitlines() if line.startswith("bootstrap.servers="))
+        plaintext = run_cli("topics", "list", "--bootstrap-server", servers.split("=", 1)[1], timeout=120)
+        assert_one_line_error(plaintext, "security.protocol")
+        wrong = tmp_path / "wrong.properties"
+        wrong.write_text(properties.read_text().replace("sasl.password=", "sasl.password=x"))
+        assert_one_line_error(run_cli("topics", "list", "--command-config", str(wrong)), "wrong password")
+
+        anonymous = KazooClient(hosts=f"127.0.0.1:{zk_port}", timeout=10.0)
+        anonymous.start(timeout=15)
+        try:
+            with pytest.raises(NoAuthError):
+                anonymous.delete("/sparklog/topics/secured", recursive=True)
+        finally:
+            anonymous.stop()
+            anonymous.close()
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+        try:
+            code = proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            code = proc.wait()
+    assert code == 0, proc.stderr.read().decode() if proc.stderr else ""

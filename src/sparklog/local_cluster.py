@@ -51,12 +51,13 @@ class BrokerProcess:
         self.data_dir = data_dir
         self.zookeeper = zookeeper
         self.log_path = log_path or data_dir / "broker.log"
+        self.extra_args: list[str] = []  # more broker arguments (``--config FILE``)
         self.process: subprocess.Popen[bytes] | None = None
         self._log: IO[bytes] | None = None
 
     def start(self) -> None:
         self.data_dir.mkdir(parents=True, exist_ok=True)
-        command = broker_command(self.broker_id, self.port, self.data_dir, self.zookeeper)
+        command = broker_command(self.broker_id, self.port, self.data_dir, self.zookeeper) + self.extra_args
         self._log = open(self.log_path, "ab")  # noqa: SIM115 - kept open while the broker runs
         self._log.write(f"\n=== starting {' '.join(command)}\n".encode())
         self._log.flush()

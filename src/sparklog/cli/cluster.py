@@ -52,6 +52,12 @@ def add_up(sub: argparse._SubParsersAction) -> None:
         metavar="BASE",
         help="first broker's port (default 9092)",
     )
+    p.add_argument(
+        "--secure",
+        action="store_true",
+        help="TLS, SCRAM and ACLs: a CA and broker certificate, an 'admin' super user and a locked ZooKeeper under "
+        "DIR/security; writes DIR/client.properties (use it with --command-config)",
+    )
     add_zookeeper_option(p)
     p.set_defaults(handler=run_up)
 
@@ -214,6 +220,9 @@ def run_up(args: argparse.Namespace) -> int:
             print(f"zookeeper listening on {cluster.zookeeper} (data in {data_dir / 'zookeeper'})", flush=True)
         else:
             print(f"zookeeper at {cluster.zookeeper} (given; not started by up)", flush=True)
+        secured = None
+        if args.secure and not stop.is_set():
+            secured = _secure(cluster, data_dir)
         for broker in cluster.brokers.values():
             if not stop.is_set():
                 broker.start()
@@ -228,11 +237,20 @@ def run_up(args: argparse.Namespace) -> int:
                     f"broker {b.broker_id} listening on 127.0.0.1:{b.port} (data in {b.data_dir}, log {b.log_path})",
                     flush=True,
                 )
-            print(
-                f"sparklog is up: {len(cluster.brokers)} broker(s); clients use --zookeeper {cluster.zookeeper} "
-                f"(or SPARKLOG_ZOOKEEPER={cluster.zookeeper}); Ctrl-C stops it",
-                flush=True,
-            )
+            if secured is not None:
+                print(
+                    f"sparklog is up (TLS, SCRAM, ACLs): {len(cluster.brokers)} broker(s); clients use "
+                    f"--command-config {secured} (user 'admin', a super user; add users with `sparklog users add` "
+                    f"and ACLs with `sparklog acls add`, with SPARKLOG_ZOOKEEPER_DIGEST from "
+                    f"{data_dir / 'security' / 'secrets.properties'} as sparklog:<zookeeper>); Ctrl-C stops it",
+                    flush=True,
+                )
+            else:
+                print(
+                    f"sparklog is up: {len(cluster.brokers)} broker(s); clients use --zookeeper {cluster.zookeeper} "
+                    f"(or SPARKLOG_ZOOKEEPER={cluster.zookeeper}); Ctrl-C stops it",
+                    flush=True,
+                )
             _watch(cluster, stop)
     finally:
         problems = cluster.stop()
@@ -240,6 +258,17 @@ def run_up(args: argparse.Namespace) -> int:
     if problems:
         raise CliError("; ".join(problems))
     return 0
+
+
+def _secure(cluster: LocalCluster, data_dir: Path) -> Path:
+    """``up --secure``: certificates, users and each broker's properties file; the client settings' path."""
+    from sparklog.security.local_setup import prepare
+
+    ports = [b.port for b in cluster.brokers.values()]
+    setup = prepare(data_dir, cluster.zookeeper, ports)
+    for b in cluster.brokers.values():
+        b.extra_args = ["--config", str(setup.broker_config(b.broker_id, b.port))]
+    return setup.client_properties
 
 
 def _watch(cluster: LocalCluster, stop: _StopSignal) -> None:

@@ -125,8 +125,9 @@ def check_zookeeper(connect: str) -> None:
 
 
 def bootstrap_servers(args: argparse.Namespace) -> str | None:
-    """The command's ``--bootstrap-server`` (or env ``SPARKLOG_BOOTSTRAP_SERVERS``), if any."""
-    return getattr(args, "bootstrap_servers", None)
+    """The command's ``--bootstrap-server`` (or env ``SPARKLOG_BOOTSTRAP_SERVERS``, or
+    ``bootstrap.servers`` in its ``--command-config``), if any."""
+    return getattr(args, "bootstrap_servers", None) or client_config(args).get("bootstrap.servers")
 
 
 def client_config(args: argparse.Namespace) -> dict[str, str]:

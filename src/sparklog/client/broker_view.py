@@ -132,8 +132,12 @@ class BrokerView:
             if time.monotonic() + backoff > deadline:
                 assert error is not None
                 if isinstance(error, BrokerNotAvailable):
+                    hint = ""
+                    if not self.security.tls and "Socket closed" in str(error):
+                        hint = " (if its listener uses TLS, set security.protocol to SSL or SASL_SSL)"
                     raise BrokerNotAvailable(
-                        f"no broker of bootstrap.servers={self.bootstrap_servers} (or of the cluster) answered: {error}"
+                        f"no broker of bootstrap.servers={self.bootstrap_servers} (or of the cluster) answered: "
+                        f"{error}{hint}"
                     )
                 raise error
             time.sleep(backoff)
