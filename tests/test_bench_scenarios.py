@@ -21,6 +21,15 @@ def test_produce_reports_async_sync_and_per_record_figures() -> None:
     assert result["records_per_s"] > 0 and result["sync_records_per_s"] > 0 and result["send_records_per_s"] > 0
 
 
+def test_produce_and_consume_secure_run_over_sasl_ssl() -> None:
+    produced = broker_scenarios.produce(
+        records=20_000, batch_records=5_000, partitions=2, send_records=1_000, secure=True
+    )
+    assert produced["secure"] is True and produced["records_per_s"] > 0 and produced["send_records_per_s"] > 0
+    consumed = broker_scenarios.consume(records=20_000, batch_records=5_000, partitions=2, repeat=1, secure=True)
+    assert consumed["secure"] is True and consumed["records"] == 20_000  # the scenario checks it read every record
+
+
 def test_consume_with_fields_compares_a_projection_with_every_column() -> None:
     result = broker_scenarios.consume(records=40_000, batch_records=5_000, partitions=2, repeat=1, fields="f0,f1")
     assert result["scenario"] == "consume-fields" and result["records"] == 40_000

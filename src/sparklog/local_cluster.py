@@ -19,6 +19,8 @@ from sparklog.coordination.cluster import ClusterMetadata
 from sparklog.coordination.ports import free_port, port_is_open
 from sparklog.coordination.zookeeper_server import EmbeddedZooKeeper
 from sparklog.errors import BrokerNotAvailable
+from sparklog.security.client_config import load_properties
+from sparklog.security.local_setup import LocalSecurity, prepare
 
 BROKER_START_TIMEOUT_S = 60.0
 BROKER_STOP_TIMEOUT_S = 15.0
@@ -133,8 +135,13 @@ class LocalCluster:
         zookeeper_port: int | None = None,
         broker_ports: list[int] | None = None,
         log_dir: Path | None = None,
+        secure: bool = False,
     ) -> None:
+        """``secure``: TLS, SCRAM and ACLs as ``sparklog up --secure`` sets them up
+        (:mod:`sparklog.security.local_setup`); clients then need :meth:`client_config`."""
         self.data_dir = Path(data_dir)
+        self.secure = secure
+        self.security: LocalSecurity | None = None
         self.embedded: EmbeddedZooKeeper | None = None
         if zookeeper is None:
             self.embedded = EmbeddedZooKeeper(self.data_dir / "zookeeper", port=zookeeper_port or free_port())
@@ -156,6 +163,8 @@ class LocalCluster:
         try:
             if self.embedded is not None:
                 self.embedded.start()
+            if self.secure:
+                self.secure_brokers()
             for broker in self.brokers.values():
                 broker.start()
             self.wait_for_brokers(list(self.brokers), timeout)
@@ -163,6 +172,18 @@ class LocalCluster:
             self.stop()
             raise
         return self
+
+    def secure_brokers(self) -> LocalSecurity:
+        """Certificates, users and each broker's properties file (ZooKeeper must be up)."""
+        self.security = prepare(self.data_dir, self.zookeeper, [b.port for b in self.brokers.values()])
+        for broker in self.brokers.values():
+            broker.extra_args = ["--config", str(self.security.broker_config(broker.broker_id, broker.port))]
+        return self.security
+
+    def client_config(self) -> dict[str, str]:
+        """What a client passes as ``config=`` (bootstrap servers and the admin's SASL_SSL settings
+        for a secured cluster; nothing otherwise: clients use :attr:`zookeeper`)."""
+        return load_properties(self.security.client_properties) if self.security is not None else {}
 
     def wait_for_brokers(self, ids: list[int], timeout: float = BROKER_START_TIMEOUT_S) -> None:
         """Until every broker in ``ids`` is registered in ZooKeeper at its port and serves there (a

@@ -23,9 +23,13 @@ from sparklog.local_cluster import LocalCluster
 TOPIC = "bench"
 
 
-def _cluster_and_topic(tmp: str, partitions: int, replication_factor: int, brokers: int) -> LocalCluster:
-    cluster = LocalCluster(tmp, brokers=max(brokers, replication_factor)).start()
-    with Admin(cluster.zookeeper) as admin:
+def _cluster_and_topic(
+    tmp: str, partitions: int, replication_factor: int, brokers: int, secure: bool = False
+) -> LocalCluster:
+    """A started local cluster with the benchmark topic; ``secure``: SASL_SSL and ACLs, as
+    ``sparklog up --secure`` (clients connect with ``cluster.client_config()``)."""
+    cluster = LocalCluster(tmp, brokers=max(brokers, replication_factor), secure=secure).start()
+    with Admin(cluster.zookeeper, config=cluster.client_config()) as admin:
         configs = {"min.insync.replicas": str(min(2, replication_factor))} if replication_factor > 1 else {}
         admin.create_topic(TOPIC, partitions, replication_factor, configs)
     return cluster
@@ -66,6 +70,7 @@ def produce(
     brokers: int = 1,
     send_records: int = 1_000_000,
     in_flight: int = 4,
+    secure: bool = False,
     **_: Any,
 ) -> dict[str, Any]:
     """Columnar ``send_batch_async`` of ``records`` records with ``in_flight`` tables on their way,
@@ -74,9 +79,10 @@ def produce(
     batches = max(1, records // batch_records)
     _THREADS[0] = 0
     with tempfile.TemporaryDirectory(prefix="sparklog-bench-") as tmp:
-        cluster = _cluster_and_topic(tmp, partitions, replication_factor, brokers)
+        cluster = _cluster_and_topic(tmp, partitions, replication_factor, brokers, secure)
         try:
-            with Producer(cluster.zookeeper, acks=acks, batch_records=batch_records) as producer:
+            config = cluster.client_config()
+            with Producer(cluster.zookeeper, acks=acks, batch_records=batch_records, config=config) as producer:
                 _produce_columnar(producer, batch, min(batches, 4 * partitions), partitions)  # warm-up
                 took = _produce_columnar(producer, batch, batches, partitions, in_flight)
                 sync_took = _produce_columnar(producer, batch, batches, partitions)
@@ -100,6 +106,7 @@ def produce(
         "acks": acks,
         "replication_factor": replication_factor,
         "in_flight": in_flight,
+        "secure": secure,
         "records_per_s": round(total / took),
         "mb_per_s": round(total * value_bytes / took / 1e6, 1),
         "sync_records_per_s": round(total / sync_took),
@@ -116,6 +123,7 @@ def consume(
     partitions: int = 6,
     repeat: int = 3,
     fields: str | None = None,
+    secure: bool = False,
     **_: Any,
 ) -> dict[str, Any]:
     """Produce ``records`` records (not timed), then read them all back columnar, ``repeat`` times.
@@ -130,13 +138,14 @@ def consume(
     times = []
     threads = fetch_threads = 0
     with tempfile.TemporaryDirectory(prefix="sparklog-bench-") as tmp:
-        cluster = _cluster_and_topic(tmp, partitions, 1, 1)
+        cluster = _cluster_and_topic(tmp, partitions, 1, 1, secure)
         try:
-            with Producer(cluster.zookeeper) as producer:
+            config = cluster.client_config()
+            with Producer(cluster.zookeeper, config=config) as producer:
                 _produce_columnar(producer, batch, batches, partitions)
             for _ in range(repeat + 1):  # the first pass warms the broker's page cache and maps
                 with Consumer(
-                    TOPIC, zookeeper=cluster.zookeeper, auto_offset_reset="earliest", max_bytes=32 << 20
+                    TOPIC, zookeeper=cluster.zookeeper, auto_offset_reset="earliest", max_bytes=32 << 20, config=config
                 ) as consumer:
                     seen = 0
                     start = time.perf_counter()
@@ -155,6 +164,7 @@ def consume(
         "records": total,
         "value_bytes": value_bytes,
         "partitions": partitions,
+        "secure": secure,
         "records_per_s": round(total / took),
         "mb_per_s": round(total * value_bytes / took / 1e6, 1),
         "threads": threads,

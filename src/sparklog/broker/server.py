@@ -367,8 +367,9 @@ class BrokerServer(flight.FlightServerBase):
         may.check(Operation.WRITE, TOPIC, _topic(request))
         slices = request.get("slices")
         for item in slices if isinstance(slices, list) else ():
-            if isinstance(item, dict):
-                may.check(Operation.READ, TOPIC, check_topic_name(item.get("topic")))
+            source = item.get("topic") if isinstance(item, dict) else None
+            if isinstance(source, str):  # anything else is refused by copy_records, reading nothing
+                may.check(Operation.READ, TOPIC, check_topic_name(source))
 
     def _list_offsets(self, request: dict[str, Any], may: CallPermissions) -> dict[str, Any]:
         """One partition's offsets; or, with ``"partitions": [{"topic", "partition", "timestamp"?}, ...]``,

@@ -60,6 +60,11 @@ def add_bench(sub: argparse._SubParsersAction) -> None:
         "--repeat then counts interleaved rounds (default 3, medians)",
     )
     p.add_argument(
+        "--secure",
+        action="store_true",
+        help="produce, consume: brokers with SASL_SSL (SCRAM-SHA-256) and ACLs, as `sparklog up --secure`",
+    )
+    p.add_argument(
         "--unclean",
         action="store_true",
         help="startup: also time a restart after kill -9 of the brokers (recovery instead of a clean open)",
@@ -79,6 +84,10 @@ def run_bench(args: argparse.Namespace) -> int:
         if isinstance(value, int | float) and value <= 0:
             raise CliError(f"--{name} must be positive")
         options[name.replace("-", "_")] = value
+    if args.secure:
+        if args.scenario not in ("produce", "consume"):
+            raise CliError("--secure is for the produce and consume scenarios")
+        options["secure"] = True
     if args.unclean:
         if args.scenario != "startup":
             raise CliError("--unclean is for the startup scenario")

@@ -222,7 +222,7 @@ def run_up(args: argparse.Namespace) -> int:
             print(f"zookeeper at {cluster.zookeeper} (given; not started by up)", flush=True)
         secured = None
         if args.secure and not stop.is_set():
-            secured = _secure(cluster, data_dir)
+            secured = cluster.secure_brokers().client_properties
         for broker in cluster.brokers.values():
             if not stop.is_set():
                 broker.start()
@@ -258,17 +258,6 @@ def run_up(args: argparse.Namespace) -> int:
     if problems:
         raise CliError("; ".join(problems))
     return 0
-
-
-def _secure(cluster: LocalCluster, data_dir: Path) -> Path:
-    """``up --secure``: certificates, users and each broker's properties file; the client settings' path."""
-    from sparklog.security.local_setup import prepare
-
-    ports = [b.port for b in cluster.brokers.values()]
-    setup = prepare(data_dir, cluster.zookeeper, ports)
-    for b in cluster.brokers.values():
-        b.extra_args = ["--config", str(setup.broker_config(b.broker_id, b.port))]
-    return setup.client_properties
 
 
 def _watch(cluster: LocalCluster, stop: _StopSignal) -> None:
