@@ -11,16 +11,20 @@ import pyarrow.flight as flight
 
 from sparklog.security.acls import CLUSTER_NAME, Operation, ResourceType
 from sparklog.security.authorizer import Authorizer, host_of_peer
-from sparklog.security.principal import ANONYMOUS
+from sparklog.security.principal import ANONYMOUS, USER_TYPE
 
 TOPIC, GROUP, CLUSTER = ResourceType.TOPIC, ResourceType.GROUP, ResourceType.CLUSTER
 
 
-def principal(context: flight.ServerCallContext) -> str:
-    """Who made the call: the principal its session token names on a SASL listener, else
-    ``User:ANONYMOUS``."""
+def principal(context: flight.ServerCallContext, sasl: bool) -> str:
+    """Who made the call: on a SASL listener, the principal its session token names; on a mutual TLS
+    listener, ``User:<name>`` where gRPC gives the client certificate's name (its first subject
+    alternative name, else its common name); else ``User:ANONYMOUS``."""
     identity = context.peer_identity()
-    return identity.decode() if identity else ANONYMOUS
+    if not identity:
+        return ANONYMOUS
+    name = identity.decode(errors="replace")
+    return name if sasl else f"{USER_TYPE}:{name}"
 
 
 class CallPermissions(Protocol):
@@ -59,7 +63,7 @@ class PrincipalPermissions:
         return self.authorizer.authorize(self.principal, self.host, operation, resource_type, name)
 
 
-def permissions(context: flight.ServerCallContext, authorizer: Authorizer | None) -> CallPermissions:
+def permissions(context: flight.ServerCallContext, authorizer: Authorizer | None, sasl: bool) -> CallPermissions:
     if authorizer is None:
         return UNRESTRICTED
-    return PrincipalPermissions(authorizer, principal(context), host_of_peer(context.peer()))
+    return PrincipalPermissions(authorizer, principal(context, sasl), host_of_peer(context.peer()))

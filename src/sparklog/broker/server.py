@@ -150,17 +150,18 @@ class BrokerServer(flight.FlightServerBase):
         self.broker = broker
         self.replica_guard = replica_guard
         self.authorizer = authorizer
+        self.sasl = auth_handler is not None  # else a caller is named by its client certificate, if any
         self.stopping = False
 
     def _check_replica(self, context: flight.ServerCallContext, replica_id: object) -> None:
         """A fetch naming a replica: only that broker may send it (and brokers need ClusterAction)."""
         if isinstance(replica_id, int) and replica_id >= 0:
             if self.replica_guard is not None:
-                self.replica_guard.check(principal(context), replica_id)
+                self.replica_guard.check(principal(context, self.sasl), replica_id)
             self._may(context).check(Operation.CLUSTER_ACTION, CLUSTER)
 
     def _may(self, context: flight.ServerCallContext) -> CallPermissions:
-        return permissions(context, self.authorizer)
+        return permissions(context, self.authorizer, self.sasl)
 
     def begin_shutdown(self) -> None:
         """Refuse new work and end long polls now (``shutdown()`` waits for running calls)."""

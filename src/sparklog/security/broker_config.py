@@ -27,6 +27,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from sparklog.errors import InvalidConfig
+from sparklog.security.certificates import certificate_name
 from sparklog.security.client_config import MECHANISMS, PROTOCOLS, ClientSecurity
 from sparklog.security.principal import parse_principal, user_principal
 from sparklog.security.zookeeper_acls import ZooKeeperDigest
@@ -165,10 +166,13 @@ class BrokerSecurity:
 
     @property
     def broker_principal(self) -> str | None:
-        """Whom this broker authenticates as to other brokers (None: it does not)."""
-        if not self.inter_broker.sasl or not self.inter_broker.username:
-            return None
-        return user_principal(self.inter_broker.username)
+        """Whom this broker authenticates as to other brokers: its SASL user, or over mutual TLS its
+        certificate's name (None: it does not authenticate)."""
+        if self.inter_broker.sasl and self.inter_broker.username:
+            return user_principal(self.inter_broker.username)
+        if self.inter_broker.protocol == "SSL" and self.client_auth and self.certificate_location:
+            return f"User:{certificate_name(Path(self.certificate_location).read_bytes())}"
+        return None
 
     @property
     def authenticates(self) -> bool:

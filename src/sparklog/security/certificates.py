@@ -141,3 +141,21 @@ class CertificateAuthority:
         _write(files.certificate, certificate)
         _write(files.key, key, private=True)
         return files
+
+
+def certificate_name(pem: bytes) -> str:
+    """The name gRPC gives a peer presenting this certificate over mutual TLS (what Flight's
+    ``peer_identity`` holds): its first DNS subject alternative name, else its first IP one, else
+    its common name."""
+    certificate = x509.load_pem_x509_certificate(pem)
+    try:
+        names = certificate.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    except x509.ExtensionNotFound:
+        names = None
+    if names is not None:
+        for kind in (x509.DNSName, x509.IPAddress):
+            found = names.get_values_for_type(kind)
+            if found:
+                return str(found[0])
+    common = certificate.subject.get_attributes_for_oid(NameOID.COMMON_NAME)
+    return str(common[0].value) if common else ""
