@@ -15,6 +15,8 @@
                                                          "stored_key", "server_key", "iterations"}
 <root>/security/acls/<pattern type>/<resource type>/<name>   {"acls": [{"principal", "host",
                                                          "operation", "permission"}]}
+<root>/security/quotas/users/<user|<default>>            client quotas: {"producer_byte_rate",
+                                                         "consumer_byte_rate", "request_rate"}
 ```
 
 A topic znode with a ``status`` (``creating`` or ``deleting``) is not a topic yet, or no longer:
@@ -28,6 +30,7 @@ from sparklog.errors import InvalidRequest
 from sparklog.names import check_group_id, check_topic_name, check_user_name
 
 DEFAULT_ROOT = "/sparklog"
+DEFAULT_QUOTA_USER = "<default>"  # the quota znode of every user without its own (Kafka's name)
 
 
 def split_connect_string(connect: str) -> tuple[str, str]:
@@ -125,6 +128,15 @@ class ZkLayout:
 
     def user(self, name: str) -> str:
         return f"{self.users}/{check_user_name(name)}"
+
+    @property
+    def user_quotas(self) -> str:
+        """The parent of the users' client quota znodes (:mod:`sparklog.security.quotas`)."""
+        return f"{self.root}/security/quotas/users"
+
+    def user_quota(self, name: str) -> str:
+        """The quota znode of one user, or of every user without its own (``<default>``)."""
+        return f"{self.user_quotas}/{name if name == DEFAULT_QUOTA_USER else check_user_name(name)}"
 
     @property
     def acls(self) -> str:

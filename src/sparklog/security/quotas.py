@@ -1,0 +1,202 @@
+"""Client quotas (Kafka's ``producer_byte_rate``, ``consumer_byte_rate`` and ``request_rate``) in
+ZooKeeper (:class:`QuotaStore`: set, remove, list), and the copy a broker keeps in memory
+(:class:`QuotaCache`, kept current by watches).
+
+Layout (:mod:`sparklog.coordination.zk_layout`): one znode per user,
+``<root>/security/quotas/users/<user>``, and ``<default>`` for every user without its own, holding
+``{"producer_byte_rate": 1048576, "consumer_byte_rate": null, "request_rate": 100}`` (per second;
+a missing or null rate is no limit). As in Kafka, each rate a user's own znode does not set comes
+from ``<default>``. A broker enforces them only with ``authorizer.enabled=true`` (a quota needs a
+principal; :mod:`sparklog.broker.throttle`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+import logging
+import math
+import threading
+from typing import Any
+
+from kazoo.client import KazooClient
+from kazoo.exceptions import NoNodeError
+from kazoo.protocol.states import ZnodeStat
+from kazoo.recipe.watchers import ChildrenWatch, DataWatch
+
+from sparklog.coordination.zk_layout import DEFAULT_QUOTA_USER, ZkLayout
+from sparklog.errors import InvalidRequest
+from sparklog.names import check_user_name
+from sparklog.security.principal import USER_TYPE
+
+log = logging.getLogger(__name__)
+
+RATES = ("producer_byte_rate", "consumer_byte_rate", "request_rate")
+
+
+@dataclasses.dataclass(frozen=True)
+class Quota:
+    """Rates per second (None: no limit)."""
+
+    producer_byte_rate: float | None = None
+    consumer_byte_rate: float | None = None
+    request_rate: float | None = None
+
+    def __post_init__(self) -> None:
+        for name in RATES:
+            value = getattr(self, name)
+            if value is not None and (
+                isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0
+            ):
+                raise InvalidRequest(f"{name} must be a positive number, got {value!r:.80}")
+
+    def to_json(self) -> bytes:
+        return json.dumps({name: getattr(self, name) for name in RATES if getattr(self, name) is not None}).encode()
+
+    @classmethod
+    def from_json(cls, data: bytes) -> Quota:
+        try:
+            raw = json.loads(data)
+            if not isinstance(raw, dict):
+                raise TypeError("not a JSON object")
+        except (ValueError, TypeError) as exc:
+            raise InvalidRequest(f"a quota in ZooKeeper is malformed: {exc}") from None
+        return cls(**{name: raw.get(name) for name in RATES})
+
+    def or_else(self, default: Quota) -> Quota:
+        """Each rate this quota does not set taken from ``default``."""
+        return Quota(*(getattr(self, n) if getattr(self, n) is not None else getattr(default, n) for n in RATES))
+
+    @property
+    def empty(self) -> bool:
+        return all(getattr(self, name) is None for name in RATES)
+
+
+NO_QUOTA = Quota()
+
+
+def _user(name: str) -> str:
+    return name if name == DEFAULT_QUOTA_USER else check_user_name(name)
+
+
+class QuotaStore:
+    """Sets, removes and lists the users' quotas in ZooKeeper through ``zk`` (connected by the caller)."""
+
+    def __init__(self, zk: KazooClient, layout: ZkLayout) -> None:
+        self.zk = zk
+        self.layout = layout
+
+    def set(self, user: str, quota: Quota) -> None:
+        """Store ``user``'s quota (``<default>``: every user without its own), replacing any it had;
+        an empty quota removes it."""
+        if quota.empty:
+            self.remove(user)
+            return
+        path = self.layout.user_quota(_user(user))
+        try:
+            self.zk.set(path, quota.to_json())
+        except NoNodeError:
+            self.zk.create(path, quota.to_json(), makepath=True)
+
+    def remove(self, user: str) -> bool:
+        """Remove ``user``'s quota; whether it had one."""
+        try:
+            self.zk.delete(self.layout.user_quota(_user(user)))
+        except NoNodeError:
+            return False
+        return True
+
+    def quotas(self) -> dict[str, Quota]:
+        """Every stored quota by user name (``<default>`` included), sorted by name."""
+        try:
+            names = self.zk.get_children(self.layout.user_quotas)
+        except NoNodeError:
+            return {}
+        found: dict[str, Quota] = {}
+        for name in sorted(names):
+            try:
+                data, _ = self.zk.get(self.layout.user_quota(name))
+                found[name] = Quota.from_json(data)
+            except (NoNodeError, InvalidRequest):
+                continue
+        return found
+
+
+def user_of(principal: str) -> str | None:
+    """``alice`` for ``User:alice``; None for a principal of another type."""
+    kind, sep, name = principal.partition(":")
+    return name if sep and kind == USER_TYPE else None
+
+
+class QuotaCache:
+    """Every user's quota in memory, for a broker's :class:`~sparklog.broker.throttle.Throttle`.
+
+    A ``ChildrenWatch`` on the users' quota znode and a ``DataWatch`` on each user's (stopped when
+    the znode goes); no polling. A change reaches the broker as soon as ZooKeeper notifies it."""
+
+    def __init__(self, zk: KazooClient, layout: ZkLayout) -> None:
+        self.zk = zk
+        self.layout = layout
+        self._lock = threading.Lock()
+        self._watched: set[str] = set()
+        self._quotas: dict[str, Quota] = {}
+        self._closed = False
+
+    def start(self) -> QuotaCache:
+        """Read every quota and start following changes (returns once the current ones are loaded)."""
+        self.zk.ensure_path(self.layout.user_quotas)
+        ChildrenWatch(self.zk, self.layout.user_quotas, self._on_children)
+        return self
+
+    def close(self) -> None:
+        self._closed = True
+
+    def __enter__(self) -> QuotaCache:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def quota_for(self, principal: str) -> Quota:
+        """The quota of ``principal``: its user's own rates, each missing one from ``<default>``."""
+        quotas = self._quotas
+        default = quotas.get(DEFAULT_QUOTA_USER, NO_QUOTA)
+        name = user_of(principal)
+        own = quotas.get(name) if name is not None else None
+        return own.or_else(default) if own is not None else default
+
+    def _on_children(self, children: list[str]) -> bool:
+        if self._closed:
+            return False
+        for name in children:
+            with self._lock:
+                if name in self._watched:
+                    continue
+                self._watched.add(name)
+            try:
+                path = self.layout.user_quota(_user(name))
+            except InvalidRequest as exc:
+                log.warning("ignoring the quota znode %r: %s", name, exc)
+                continue
+            DataWatch(self.zk, path, functools.partial(self._on_data, name))
+        return True
+
+    def _on_data(self, name: str, data: bytes | None, stat: ZnodeStat | None) -> Any:
+        if self._closed:
+            return False
+        if stat is None:
+            with self._lock:
+                self._watched.discard(name)
+                quotas = dict(self._quotas)
+                quotas.pop(name, None)
+                self._quotas = quotas
+            return False
+        try:
+            quota = Quota.from_json(data or b"")
+        except InvalidRequest as exc:
+            log.warning("ignoring the quota of %r: %s", name, exc)
+            quota = NO_QUOTA
+        with self._lock:
+            self._quotas = {**self._quotas, name: quota}
+        return True
