@@ -14,6 +14,7 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +34,7 @@ from sparklog.broker.replication.fetcher_manager import ReplicaFetcherManager
 from sparklog.broker.replication.leader_endpoint import FlightLeaderEndPoint
 from sparklog.broker.replication.partition_changes import PartitionChanges
 from sparklog.broker.server import BrokerServer
+from sparklog.broker.throttle import Throttle
 from sparklog.coordination.cluster import BrokerInfo, ClusterMetadata, PartitionState, TopicMetadata
 from sparklog.errors import BrokerNotAvailable, InvalidRequest, NotLeader, UnknownTopic
 from sparklog.schemas.registry import SchemaRegistry
@@ -41,6 +43,7 @@ from sparklog.security.acl_store import AclCache
 from sparklog.security.authorizer import Authorizer
 from sparklog.security.broker_config import BrokerSecurity, Listener
 from sparklog.security.client_config import load_properties
+from sparklog.security.quotas import NO_QUOTA, Quota, QuotaCache
 from sparklog.security.replica_guard import UNKNOWN, ReplicaGuard
 
 log = logging.getLogger(__name__)
@@ -107,6 +110,7 @@ class Broker:
         self.servers: list[BrokerServer] = []
         self.endpoints: list[Listener] = []  # advertised, with the ports bound
         self._acls: AclCache | None = None  # with authorizer.enabled: every ACL, kept current by watches
+        self._quotas: QuotaCache | None = None  # with authorizer.enabled: client quotas, likewise
         self.cluster_requests: ClusterRequests | None = None  # clients' metadata, offsets and admin
         self.controller: Controller | None = None
         self.zk_connected = False
@@ -130,10 +134,12 @@ class Broker:
             self.cluster, self.registry, lambda: self.live_brokers, self.topic_metadata, self.schemas_of
         )
         guard = ReplicaGuard(self._registered_principal, self.security.broker_principal)
-        authorizer = None
+        authorizer, throttle = None, None
         if self.security.authorizer:
             self._acls = AclCache(self.cluster.zk, self.cluster.layout).start()
             authorizer = Authorizer(self._acls, self.security.super_users)
+            self._quotas = QuotaCache(self.cluster.zk, self.cluster.layout).start()
+            throttle = Throttle(_quotas_but_super_users(self._quotas, authorizer.super_users))
         bound = open_listeners(
             self,
             self.security,
@@ -143,6 +149,7 @@ class Broker:
             self.max_calls_per_ip,
             guard,
             authorizer,
+            throttle,
         )  # serving from here on (serve() would only block, and take SIGTERM)
         self.servers = [server for _, server in bound]
         self.server = self.servers[0]
@@ -227,6 +234,8 @@ class Broker:
         if self.cluster is not None:
             if self._acls is not None:
                 self._acls.close()
+            if self._quotas is not None:
+                self._quotas.close()
             self.cluster.close()  # leave the cluster: clients and followers look elsewhere
         self.zk_connected = False
         finished = True
@@ -704,3 +713,8 @@ def main(
         print(f"broker {broker_id} listeners: {listed}", flush=True)
     broker.run_until_signalled(stop_early)
     return 0
+
+
+def _quotas_but_super_users(cache: QuotaCache, super_users: frozenset[str]) -> Callable[[str], Quota]:
+    """The quota of a principal: none for super users (brokers among them), never throttled."""
+    return lambda principal: NO_QUOTA if principal in super_users else cache.quota_for(principal)

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 from kazoo.client import KazooClient
 
-from sparklog.broker.server import BrokerServer, ListenerTls
+from sparklog.broker.server import BrokerServer, CallThrottle, ListenerTls
 from sparklog.coordination.zk_layout import ZkLayout
 from sparklog.security.authorizer import Authorizer
 from sparklog.security.broker_config import BrokerSecurity, Listener
@@ -51,9 +51,10 @@ def open_listeners(
     max_calls_per_ip: int,
     guard: ReplicaGuard | None,
     authorizer: Authorizer | None = None,
+    throttle: CallThrottle | None = None,
 ) -> list[tuple[Listener, BrokerServer]]:
     """Bind every listener (serving from then on); each with the port it got. ``authorizer``: the
-    ACL check of every call (None: none)."""
+    ACL check of every call (None: none); ``throttle``: client quotas (None: none)."""
     auth = None
     if security.authenticates:
         store = CredentialStore(zk, layout)
@@ -77,6 +78,7 @@ def open_listeners(
                 auth if listener.sasl else None,
                 guard,
                 authorizer,
+                throttle,
             )
             opened.append((Listener(listener.protocol, listener.host, server.port), server))
     except BaseException:

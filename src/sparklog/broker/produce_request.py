@@ -114,16 +114,21 @@ class ProduceRequestStream:
         reader: flight.MetadataRecordBatchReader,
         writer: flight.FlightMetadataWriter,
         may_write: Callable[[str], None] = lambda _topic: None,
+        throttled: Callable[[int], float] = lambda _size: 0.0,
     ) -> None:
         """``may_write(topic)``: raises AuthorizationFailed if the caller may not write ``topic``
-        (that batch fails alone, as any refused batch)."""
+        (that batch fails alone, as any refused batch). ``throttled(size)``: makes the request wait
+        while the producer is over its byte rate (client quotas), returning the seconds it waited;
+        called with each request's bytes before its answer, which then says ``"throttle_ms"``."""
         self._may_write = may_write
         pending: list[_Appended | SparklogError] = []
+        size = 0
         failed: dict[tuple[str, str], SparklogError] = {}  # a partition's first failed batch in the request
         for batch, metadata in record_batches(reader):
             if metadata is None or not metadata.size:
                 raise InvalidRequest("every batch of a multi-partition produce request needs its app metadata")
             meta = _metadata(metadata)
+            size += batch.get_total_buffer_size()
             tp = (str(meta.get("t")), str(meta.get("p")))
             earlier = failed.get(tp)
             if earlier is not None:  # the batches behind a failed one are not appended (order)
@@ -135,9 +140,13 @@ class ProduceRequestStream:
                     pending.append(exc)
                     failed[tp] = exc
             if meta.get("end") is True:
+                waited = throttled(size)
                 if self.acks != "0":
-                    writer.write(pa.py_buffer(wire.encode({"r": self._results(pending)})))
-                pending, failed = [], {}
+                    answer: dict[str, Any] = {"r": self._results(pending)}
+                    if waited > 0:
+                        answer["throttle_ms"] = max(1, round(waited * 1000))
+                    writer.write(pa.py_buffer(wire.encode(answer)))
+                pending, failed, size = [], {}, 0
 
     def _append(self, batch: pa.RecordBatch, meta: dict[str, Any]) -> _Appended:
         if self.stopping():

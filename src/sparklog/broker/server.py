@@ -15,8 +15,9 @@ import contextlib
 import dataclasses
 import itertools
 import logging
-from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+import time
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any, Protocol
 
 import pyarrow as pa
 import pyarrow.flight as flight
@@ -33,6 +34,7 @@ from sparklog.broker.produce_request import ProduceRequestStream, append_produce
 from sparklog.broker.record_copy import copy_records
 from sparklog.broker.replication.fetch_request import ENVELOPE, REPLICA_FETCH
 from sparklog.broker.replication.replica_fetch_server import ReplicaFetchResponse
+from sparklog.broker.throttle import Kind
 from sparklog.broker.typed_values import ConsumerView
 from sparklog.errors import (
     InvalidRequest,
@@ -122,6 +124,26 @@ def _parse(data: bytes | Any) -> dict[str, Any]:
     return request
 
 
+class CallThrottle(Protocol):
+    """Client quotas (:class:`~sparklog.broker.throttle.Throttle`): the seconds a call must wait."""
+
+    def delay(self, principal: str, kind: Kind, amount: float) -> float: ...
+
+
+Throttled = Callable[[Kind, float], float]  # (kind, amount) -> the seconds the call was made to wait
+
+
+def _unthrottled(_kind: Kind, _amount: float) -> float:
+    return 0.0
+
+
+def _throttled_messages(messages: Iterator[Any], throttled: Throttled) -> Iterator[Any]:
+    """A consumer fetch's messages, each sent once its bytes are within the consumer byte rate."""
+    for message in messages:
+        throttled("fetch", message[0].get_total_buffer_size())
+        yield message
+
+
 class BrokerServer(flight.FlightServerBase):
     """Serves one broker's partitions over Arrow Flight, on one of its listeners."""
 
@@ -134,11 +156,12 @@ class BrokerServer(flight.FlightServerBase):
         auth_handler: flight.ServerAuthHandler | None = None,
         replica_guard: ReplicaGuard | None = None,
         authorizer: Authorizer | None = None,
+        throttle: CallThrottle | None = None,
     ) -> None:
         """``tls``: the listener's certificate (and the CA client certificates must chain to, for
         mutual TLS); ``auth_handler``: SASL on this listener; ``replica_guard``: who may fetch as a
         replica (None: anyone, the single-host default); ``authorizer``: ACLs checked on every call
-        (None: every call may do everything)."""
+        (None: every call may do everything); ``throttle``: client quotas (None: none)."""
         self.limits = CallLimits(max_calls_per_ip)
         options: dict[str, Any] = {}
         if tls is not None:
@@ -150,6 +173,7 @@ class BrokerServer(flight.FlightServerBase):
         self.broker = broker
         self.replica_guard = replica_guard
         self.authorizer = authorizer
+        self.throttle = throttle
         self.sasl = auth_handler is not None  # else a caller is named by its client certificate, if any
         self.stopping = False
 
@@ -162,6 +186,26 @@ class BrokerServer(flight.FlightServerBase):
 
     def _may(self, context: flight.ServerCallContext) -> CallPermissions:
         return permissions(context, self.authorizer, self.sasl)
+
+    def _throttler(self, context: flight.ServerCallContext) -> Throttled:
+        """What makes this call wait while its principal is over a quota (Kafka delays the response):
+        ``throttled(kind, amount)`` sleeps on the call's thread and returns the seconds it slept."""
+        throttle = self.throttle
+        if throttle is None:
+            return _unthrottled
+        who = principal(context, self.sasl)
+
+        def throttled(kind: Kind, amount: float) -> float:
+            delay = throttle.delay(who, kind, amount)
+            end = time.monotonic() + delay
+            while delay > 0 and not self.stopping and not context.is_cancelled():
+                left = end - time.monotonic()
+                if left <= 0:
+                    break
+                time.sleep(min(left, 0.5))
+            return delay
+
+        return throttled
 
     def begin_shutdown(self) -> None:
         """Refuse new work and end long polls now (``shutdown()`` waits for running calls)."""
@@ -186,10 +230,17 @@ class BrokerServer(flight.FlightServerBase):
             if acks not in ("0", "1", "all", "-1"):
                 raise InvalidRequest(f"acks must be 0, 1 or all, got {acks!r}")
             acks = "all" if acks == "-1" else acks
+            throttled = self._throttler(context)
+            throttled("request", 1)
             if request.get("type") == wire.PRODUCE_MANY:
                 may = self._may(context)
                 stream = ProduceRequestStream(self.broker, acks, lambda: self.stopping)
-                stream.serve(reader, writer, lambda topic: may.check(Operation.WRITE, TOPIC, topic))
+                stream.serve(
+                    reader,
+                    writer,
+                    lambda topic: may.check(Operation.WRITE, TOPIC, topic),
+                    lambda size: throttled("produce", size),
+                )
                 return
             if request.get("type") != wire.PRODUCE:
                 raise InvalidRequest(f"unknown put type {request.get('type')!r}")
@@ -202,6 +253,7 @@ class BrokerServer(flight.FlightServerBase):
             self._may(context).check(Operation.WRITE, TOPIC, topic)
             self.broker.leader_partition(topic, p, for_write=True)
             for data, metadata in record_batches(reader):
+                throttled("produce", data.get_total_buffer_size())
                 if self.stopping:
                     raise NotLeader(f"broker {self.broker.broker_id} is shutting down")
                 if metadata is not None and metadata.size:
@@ -223,9 +275,11 @@ class BrokerServer(flight.FlightServerBase):
             if request.get("type") == REPLICA_FETCH:
                 self._check_replica(context, request.get("replica_id"))
                 return self._replica_fetch(request, context)
+            throttled = self._throttler(context)
             if request.get("type") == FETCH_MANY:
                 self._may(context).check(Operation.READ, TOPIC, check_topic_name(request.get("topic")))
-                return self._multi_fetch(request, context)
+                throttled("request", 1)
+                return self._multi_fetch(request, context, throttled)
             topic, p = _topic(request), _int(request, "partition")
             offset = _int(request, "offset")
             max_bytes = min(max(_int(request, "max_bytes", 8 << 20), 1), MAX_FETCH_BYTES)
@@ -234,6 +288,9 @@ class BrokerServer(flight.FlightServerBase):
             self._check_replica(context, replica_id)
             if replica_id < 0:
                 self._may(context).check(Operation.READ, TOPIC, topic)
+                throttled("request", 1)
+            else:
+                throttled = _unthrottled  # replicas are never throttled
             epoch = request.get("leader_epoch")
             fields = request.get("fields")
             if fields is not None and (
@@ -279,6 +336,8 @@ class BrokerServer(flight.FlightServerBase):
                     context.is_cancelled,
                 )
             responses = self._fetch_stream(partition, stored, schema, convert, replica_id >= 0, plan, follower)
+            if throttled is not _unthrottled:
+                responses = _throttled_messages(responses, throttled)
             return flight.GeneratorStream(schema, _guarded("a fetch response", responses))
 
     def _replica_fetch(self, request: dict[str, Any], context: flight.ServerCallContext) -> flight.FlightDataStream:
@@ -288,7 +347,9 @@ class BrokerServer(flight.FlightServerBase):
         )
         return flight.GeneratorStream(ENVELOPE, _guarded("a replica fetch", response.messages(request)))
 
-    def _multi_fetch(self, request: dict[str, Any], context: flight.ServerCallContext) -> flight.FlightDataStream:
+    def _multi_fetch(
+        self, request: dict[str, Any], context: flight.ServerCallContext, throttled: Throttled
+    ) -> flight.FlightDataStream:
         """A consumer's fetch of many partitions of one topic, one stream (``sparklog.multi_fetch``)."""
         response = MultiFetchResponse(
             self.broker.leader_partition,
@@ -298,6 +359,8 @@ class BrokerServer(flight.FlightServerBase):
             context.is_cancelled,
         )
         schema, messages = response.open(request)
+        if throttled is not _unthrottled:
+            messages = _throttled_messages(messages, throttled)
         return flight.GeneratorStream(schema, _guarded("a multi-partition fetch", messages))
 
     @staticmethod
@@ -336,6 +399,8 @@ class BrokerServer(flight.FlightServerBase):
         with _errors_as_flight(f"action {action.type!r}"[:80]):
             admit(context)
             request = _parse(action.body.to_pybytes()) if action.body.size else {}
+            if action.type != wire.OFFSETS_FOR_LEADER_EPOCH:  # a replica's: never throttled
+                self._throttler(context)("request", 1)
             if action.type == wire.PING:
                 result: dict[str, Any] = {"broker_id": self.broker.broker_id}
             elif action.type == wire.LIST_OFFSETS:
