@@ -1,7 +1,8 @@
 """The ``sparklog`` command line: one sub-command per job, errors as one clear line on stderr.
 
 The commands live in ``sparklog.cli.<module>``: ``cluster`` (up, zookeeper, broker), ``topics``,
-``produce``, ``consume``, ``groups``, ``acls``, ``users``, ``log`` (verify a data dir); ``bench`` is here. Every command
+``produce``, ``consume``, ``groups``, ``acls``, ``users``, ``quotas``, ``log`` (verify a data dir); ``bench``
+is here. Every command
 takes ``--zookeeper`` (before or after the command name; env ``SPARKLOG_ZOOKEEPER``, default ``127.0.0.1:2181``);
 every client command (topics, produce, consume, groups, partitions, schemas) also takes
 ``--bootstrap-server HOST:PORT[,...]`` (env ``SPARKLOG_BOOTSTRAP_SERVERS``), and then needs no ZooKeeper.
@@ -26,6 +27,7 @@ from sparklog.cli.groups import add_groups
 from sparklog.cli.log import add_log
 from sparklog.cli.partitions import add_partitions
 from sparklog.cli.produce import add_produce
+from sparklog.cli.quotas import add_quotas
 from sparklog.cli.schemas import add_schemas
 from sparklog.cli.topics import add_topics
 from sparklog.cli.users import add_users
@@ -55,6 +57,7 @@ COMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [
     add_schemas,
     add_acls,
     add_users,
+    add_quotas,
     add_log,
     add_bench,
     add_fuzz,
