@@ -91,6 +91,27 @@ def test_quota_values_are_checked_and_the_default_fills_in() -> None:
     assert own.to_json() == b'{"producer_byte_rate": 5}'
 
 
+def test_a_fetch_stream_waits_before_each_message_for_its_bytes() -> None:
+    from sparklog.broker.server import _throttled_messages
+
+    batches = [pa.RecordBatch.from_pylist([{"v": b"x" * n}]) for n in (10, 1000)]
+    taken: list[tuple[str, float]] = []
+    messages = _throttled_messages(iter([(b, None) for b in batches]), lambda kind, n: taken.append((kind, n)) or 0.0)
+    assert next(messages)[0] is batches[0] and taken == [("fetch", batches[0].get_total_buffer_size())]
+    assert next(messages)[0] is batches[1] and len(taken) == 2 and taken[1][1] > 1000
+
+
+def test_super_users_have_no_quota() -> None:
+    from sparklog.broker.broker import _quotas_but_super_users
+
+    class Cache:
+        def quota_for(self, principal: str) -> Quota:
+            return Quota(request_rate=1)
+
+    quotas = _quotas_but_super_users(Cache(), frozenset({"User:admin"}))  # type: ignore[arg-type]
+    assert quotas("User:admin") == NO_QUOTA and quotas(ALICE) == Quota(request_rate=1)
+
+
 # ----------------------------------------------------------------- ZooKeeper
 def wait_until(condition: Callable[[], bool], timeout: float = 10.0) -> None:
     deadline = time.monotonic() + timeout
