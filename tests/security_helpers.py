@@ -9,6 +9,7 @@ from pathlib import Path
 
 from kazoo.client import KazooClient
 
+from broker_helpers import BrokerProcess, ProcessGroup
 from sparklog.coordination.zk_layout import ZkLayout, split_connect_string
 from sparklog.security.certificates import CertificateAuthority, CertificateFiles
 from sparklog.security.credential_store import CredentialStore
@@ -72,6 +73,12 @@ class SecureSetup:
         path = self.directory / f"server-{port}.properties"
         path.write_text("".join(f"{k}={v}\n" for k, v in settings.items()))
         return path
+
+    def start_broker(self, base: Path, processes: ProcessGroup, broker_id: int = 1) -> BrokerProcess:
+        """A started broker process with this setup's properties file (data under ``base``)."""
+        process = BrokerProcess(broker_id, base / f"broker-{broker_id}", self.connect, processes)
+        process.extra_args = list(self.broker_args(broker_id, process.port))
+        return process.start()
 
     def broker_args(self, _broker_id: int, port: int) -> tuple[str, ...]:
         return ("--config", str(self.broker_config(port, self.extra)))

@@ -187,9 +187,7 @@ def secure(sparklog_connect: str, tmp_path: Path) -> SecureSetup:
 
 @pytest.fixture
 def broker(secure: SecureSetup, sparklog_connect: str, child_processes, tmp_path: Path) -> BrokerProcess:
-    process = BrokerProcess(1, tmp_path / "broker-1", sparklog_connect, child_processes)
-    process.extra_args = list(secure.broker_args(1, process.port))
-    return process.start()
+    return secure.start_broker(tmp_path, child_processes)
 
 
 def produce_many(secure: SecureSetup, port: int, user: str, batches: list[pa.RecordBatch]) -> dict[str, object]:

@@ -28,9 +28,7 @@ def secure(sparklog_connect: str, tmp_path: Path) -> SecureSetup:
 
 @pytest.fixture
 def broker(secure: SecureSetup, sparklog_connect: str, child_processes, tmp_path: Path) -> BrokerProcess:
-    process = BrokerProcess(1, tmp_path / "broker-1", sparklog_connect, child_processes)
-    process.extra_args = list(secure.broker_args(1, process.port))
-    return process.start()
+    return secure.start_broker(tmp_path, child_processes)
 
 
 def allow(secure: SecureSetup, resource: str, name: str, operation: str, user: str = "alice") -> None:

@@ -29,9 +29,7 @@ def secure(sparklog_connect: str, tmp_path: Path) -> SecureSetup:
 
 @pytest.fixture
 def secure_broker(secure: SecureSetup, sparklog_connect: str, child_processes, tmp_path: Path) -> BrokerProcess:
-    broker = BrokerProcess(1, tmp_path / "broker-1", sparklog_connect, child_processes)
-    broker.extra_args = list(secure.broker_args(1, broker.port))
-    return broker.start()
+    return secure.start_broker(tmp_path, child_processes)
 
 
 def read_all(consumer: Consumer, expected: int) -> list[bytes]:

@@ -12,7 +12,7 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from broker_helpers import BrokerProcess, wait_for
+from broker_helpers import wait_for
 from security_helpers import SecureSetup
 from spark_helpers import run_available_now, unique
 from sparklog.client.admin import Admin
@@ -32,9 +32,7 @@ def test_spark_reads_and_writes_over_sasl_ssl_and_a_removed_acl_stops_the_query(
 ) -> None:
     secure = SecureSetup.create(tmp_path / "security", sparklog_connect)
     secure.extra = {"authorizer.enabled": "true"}
-    broker = BrokerProcess(1, tmp_path / "broker-1", sparklog_connect, child_processes)
-    broker.extra_args = list(secure.broker_args(1, broker.port))
-    broker.start()
+    broker = secure.start_broker(tmp_path, child_processes)
     servers = f"127.0.0.1:{broker.port}"
     source, target, group = unique("sasl-src"), unique("sasl-dst"), unique("sasl-group")
     admin = {**secure.client("admin"), "bootstrap.servers": servers}

@@ -9,7 +9,6 @@ import pytest
 from kazoo.client import KazooClient
 from kazoo.exceptions import NoAuthError
 
-from broker_helpers import BrokerProcess
 from security_helpers import SecureSetup
 from sparklog.client.admin import Admin
 from sparklog.client.consumer import Consumer
@@ -27,9 +26,7 @@ def test_an_anonymous_zookeeper_client_can_change_nothing(
     hosts, root = split_connect_string(sparklog_connect)
     layout = ZkLayout(root)
     secure = SecureSetup.create(tmp_path / "security", sparklog_connect, zookeeper_digest=DIGEST)
-    broker = BrokerProcess(1, tmp_path / "broker-1", sparklog_connect, child_processes)
-    broker.extra_args = list(secure.broker_args(1, broker.port))
-    broker.start()
+    broker = secure.start_broker(tmp_path, child_processes)
     bootstrap = f"127.0.0.1:{broker.port}"
     admin_config = {**secure.client("admin"), "bootstrap.servers": bootstrap}
     with Admin(config=admin_config) as admin:
