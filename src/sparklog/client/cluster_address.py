@@ -55,14 +55,6 @@ class ClusterAddress:
     bootstrap_servers: str | None = None
     security: ClientSecurity = PLAINTEXT  # how the client authenticates (never printed: see its repr)
 
-    @property
-    def key(self) -> str:
-        """A short description, also the key of per-process client caches (one per identity)."""
-        where = f"bootstrap:{self.bootstrap_servers}" if self.bootstrap_servers else f"zookeeper:{self.zookeeper}"
-        if self.security == PLAINTEXT:
-            return where
-        return f"{where}|{self.security.protocol}|{self.security.username or ''}|{hash(self.security)}"
-
 
 def resolve(
     zookeeper: str | None = None,

@@ -33,7 +33,7 @@ log = logging.getLogger("sparklog.datasource")
 
 T = TypeVar("T")
 _lock = threading.Lock()
-_clients: dict[str, ClusterClient] = {}
+_clients: dict[ClusterAddress, ClusterClient] = {}  # one per address and identity
 _flights: dict[tuple[str, int], flight.FlightClient] = {}  # (location, connection: ClusterClient.flight)
 _pid = os.getpid()
 _RESTORER = fetch_columns.Restorer()  # fetched batches get back the columns a response left out
@@ -57,15 +57,15 @@ def cluster_client(address: ClusterAddress | str) -> ClusterClient:
     address = _address(address)
     with _lock:
         _check_fork()
-        client = _clients.get(address.key)
+        client = _clients.get(address)
         if client is None:
-            client = _clients[address.key] = ClusterClient.connect(address)
+            client = _clients[address] = ClusterClient.connect(address)
         return client
 
 
 def close_cluster_client(address: ClusterAddress | str) -> None:
     with _lock:
-        client = _clients.pop(_address(address).key, None)
+        client = _clients.pop(_address(address), None)
     if client is not None:
         client.close()
 

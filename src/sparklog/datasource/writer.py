@@ -96,6 +96,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
+from sparklog.client.cluster_address import ClusterAddress
 from sparklog.client.cluster_client import ClusterClient
 from sparklog.client.partitioner import partitions_for_keys
 from sparklog.config import TopicConfig
@@ -288,13 +289,13 @@ def typed_staging_topic(staging: str, topic: str, schema: ValueSchema) -> str:
     return name
 
 
-_partition_counts: dict[tuple[str, str], int] = {}
+_partition_counts: dict[tuple[ClusterAddress, str], int] = {}
 
 
 def _partitions_of(client: ClusterClient, topic: str) -> int:
     """The partition count of a topic the sink may write (cached per process); refuses topics that
     do not exist."""
-    key = (client.address.key, topic)
+    key = (client.address, topic)
     n = _partition_counts.get(key)
     if n is None:
         try:
