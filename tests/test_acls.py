@@ -289,6 +289,23 @@ def test_groups_and_cluster() -> None:
     assert not allowed(bindings, Operation.CLUSTER_ACTION, CLUSTER_NAME, resource_type=CLUSTER)
 
 
+def test_transactional_ids_guard_the_spark_sinks_state() -> None:
+    tid = ResourceType.TRANSACTIONAL_ID
+    assert ResourceType.parse("transactional-id") is tid and ResourceType.parse("TRANSACTIONAL_ID") is tid
+    bindings = [acl(resource_type="TransactionalId", name="batch-", pattern_type="prefixed", operation="Write")]
+    assert allowed(bindings, WRITE, "batch-0f3a", resource_type=tid)
+    assert allowed(bindings, DESCRIBE, "batch-0f3a", resource_type=tid)  # Write implies Describe
+    assert not allowed(bindings, WRITE, "3c1e-query-id", resource_type=tid)
+    assert not allowed(bindings, WRITE, "batch-0f3a", resource_type=TOPIC)
+    assert str(ResourcePattern(tid, "q1")) == "transactional id 'q1'"
+    with pytest.raises(AuthorizationFailed, match="^User:bob may not Write transactional id 'q1'$"):
+        Authorizer(bindings).check("User:bob", HOST, WRITE, tid, "q1")
+    with pytest.raises(InvalidRequest, match="operation Read does not apply to transactional ids; use one of Write"):
+        acl(resource_type="TransactionalId", name="q1", operation="Read")
+    with pytest.raises(InvalidRequest, match="invalid transactional id name 'a/b'"):
+        ResourcePattern(tid, "a/b")
+
+
 def test_acls_allow_ignores_bindings_of_other_resources() -> None:
     # the plain function, given bindings that do not all match the resource
     bindings = [acl(name="other", operation="Read"), acl(name="events", operation="Write", permission="Deny")]

@@ -136,6 +136,24 @@ def test_acls_add_list_remove(sparklog_connect: str) -> None:
     assert ok("remove", "--group", "etl", "--force", zk=zk).strip() == "removed 2 ACLs from group 'etl'"
     assert rows(ok("list", "--group", "etl", zk=zk)) == []
 
+    # the Spark sink's state: its transactional id (a batch write's is batch-<uuid>)
+    out = ok(
+        "add",
+        "--allow-principal",
+        "User:etl",
+        "--operation",
+        "Write",
+        "--transactional-id",
+        "batch-",
+        "--resource-pattern-type",
+        "prefixed",
+        zk=zk,
+    )
+    assert out.strip() == "added 1 ACL to transactional ids prefixed 'batch-'"
+    assert rows(ok("list", "--transactional-id", "batch-42", "--resource-pattern-type", "match", zk=zk)) == [
+        ("TransactionalId", "batch-", "prefixed", "User:etl", "*", "Write", "Allow")
+    ]
+
 
 def test_acls_errors_are_one_clear_line(sparklog_connect: str) -> None:
     # checked before connecting: no ZooKeeper needed for these

@@ -10,6 +10,8 @@ import pytest
 from broker_helpers import BrokerProcess, wait_for
 from security_helpers import SecureSetup
 from sparklog.client.admin import Admin
+from sparklog.client.cluster_address import resolve
+from sparklog.client.cluster_client import ClusterClient
 from sparklog.client.consumer import Consumer
 from sparklog.client.producer import Producer
 from sparklog.errors import AuthorizationFailed
@@ -95,6 +97,20 @@ def test_each_operation_is_denied_then_allowed_by_an_acl(secure: SecureSetup, br
         consume(secure, group="g1")
     allow(secure, "group", "g1", "Read")
     wait_for(lambda: _succeeds(lambda: consume(secure, group="g1")), 15, "the group to be allowed")
+
+    # the Spark sink's state: Describe to read, Write to change its transactional id (the sink id)
+    client = ClusterClient.connect(resolve(None, bootstrap, secure.client("alice")))
+    try:
+        with pytest.raises(AuthorizationFailed, match="User:alice may not Describe transactional id 'q-1'"):
+            client.view.read_sink_state("q-1")
+        allow(secure, "transactional-id", "q-1", "Write")
+        wait_for(lambda: _succeeds(lambda: client.view.read_sink_state("q-1")), 15, "the sink state to be allowed")
+        version = client.view.write_sink_state("q-1", {"batch": 1}, None)
+        assert client.view.read_sink_state("q-1") == ({"batch": 1}, version)
+        with pytest.raises(AuthorizationFailed, match="User:alice may not Write transactional id 'q-2'"):
+            client.view.write_sink_state("q-2", {"batch": 1}, None)
+    finally:
+        client.close()
 
     # a removed ACL takes effect on the next call
     remove(secure, "topic", TOPIC, "Write")

@@ -60,14 +60,24 @@ def test_spark_reads_and_writes_over_sasl_ssl_and_a_removed_acl_stops_the_query(
     explained = batch._jdf.queryExecution().toString()
     assert secure.client("alice")["sasl.password"] not in explained  # Spark redacts it in plans
 
-    (
-        batch.selectExpr("value")
-        .write.format("sparklog")
-        .mode("append")
-        .options(**options)
-        .option("topic", target)
-        .save()
-    )
+    def write_target() -> None:
+        (
+            batch.selectExpr("value")
+            .write.format("sparklog")
+            .mode("append")
+            .options(**options)
+            .option("topic", target)
+            .save()
+        )
+
+    # the exactly-once sink's state is its transactional id (batch writes: batch-<uuid>)
+    with pytest.raises(Exception, match="User:alice may not (Describe|Write) transactional id 'batch-"):
+        write_target()
+    with secure.store() as store:
+        AclStore(store.zk, store.layout).add(
+            [_acl(ResourcePattern.parse("transactional-id", "batch-", "prefixed"), "Write")]
+        )
+    write_target()
     assert spark.read.format("sparklog").options(**options).option("topic", target).load().count() == 120
 
     stream = (

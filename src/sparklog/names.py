@@ -1,5 +1,5 @@
-"""The naming rule of topics, consumer groups and users, shared by the broker, the clients, the CLI, the
-schema registry and the Spark data source.
+"""The naming rule of topics, consumer groups, users and transactional ids (the Spark sink's ids),
+shared by the broker, the clients, the CLI, the schema registry and the Spark data source.
 
 Kafka's rule: 1 to 249 characters of ``[A-Za-z0-9._-]``, and neither ``.`` nor ``..`` (each name is
 also a ZooKeeper path component, where those two mean "here" and "the parent"). Names starting with
@@ -25,6 +25,7 @@ _KNOWN_GOOD_LIMIT = 100_000  # names remembered as valid; the set starts over wh
 _known_topics: set[str] = set()
 _known_groups: set[str] = set()
 _known_users: set[str] = set()
+_known_transactional_ids: set[str] = set()
 
 
 def _shown(name: str) -> str:
@@ -95,3 +96,10 @@ def check_not_internal(name: str, action: str = "create") -> str:
             "for sparklog's internal topics"
         )
     return name
+
+
+def check_transactional_id(name: object) -> str:
+    """``name`` if it is a valid transactional id, else :class:`InvalidRequest`. An exactly-once Spark
+    sink's id (its streaming query id, or ``batch-<uuid>``) is its transactional id, as Kafka names
+    the state of a transactional producer: the resource its ACLs are about, and a znode name."""
+    return _check(name, _known_transactional_ids, "transactional id", InvalidRequest)

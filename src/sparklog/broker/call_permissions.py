@@ -14,6 +14,7 @@ from sparklog.security.authorizer import Authorizer, host_of_peer
 from sparklog.security.principal import ANONYMOUS, USER_TYPE
 
 TOPIC, GROUP, CLUSTER = ResourceType.TOPIC, ResourceType.GROUP, ResourceType.CLUSTER
+TRANSACTIONAL_ID = ResourceType.TRANSACTIONAL_ID
 
 
 def principal(context: flight.ServerCallContext, sasl: bool) -> str:

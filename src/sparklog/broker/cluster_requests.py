@@ -23,11 +23,11 @@ from kazoo.exceptions import KazooException
 from kazoo.handlers.threading import KazooTimeoutError
 
 from sparklog import wire
-from sparklog.broker.call_permissions import CLUSTER, GROUP, TOPIC, UNRESTRICTED, CallPermissions
+from sparklog.broker.call_permissions import CLUSTER, GROUP, TOPIC, TRANSACTIONAL_ID, UNRESTRICTED, CallPermissions
 from sparklog.coordination.cluster import NUM_PARTITIONS_MAX, BrokerInfo, ClusterMetadata, TopicMetadata
-from sparklog.coordination.sink_state import SinkStates, check_sink_id
+from sparklog.coordination.sink_state import SinkStates
 from sparklog.errors import AuthorizationFailed, CoordinatorNotAvailable, InvalidRequest, SparklogError
-from sparklog.names import check_group_id, check_topic_name
+from sparklog.names import check_group_id, check_topic_name, check_transactional_id
 from sparklog.schemas.registry import SchemaRegistry
 from sparklog.schemas.value_schema import ValueSchema
 from sparklog.security.acls import Operation
@@ -266,9 +266,11 @@ class ClusterRequests:
         return {"version": registered.version, "schema": registered.json}
 
     # ----------------------------------------------------------------- the Spark sink's state
-    def sink_state(self, request: dict[str, Any], _may: CallPermissions) -> dict[str, Any]:
+    def sink_state(self, request: dict[str, Any], may: CallPermissions) -> dict[str, Any]:
+        """Reads (Describe) or changes (Write) the state of a sink, whose id is its transactional id."""
         op = request.get("op")
-        sink = check_sink_id(request.get("sink"))  # no ACL resource yet (Kafka's would be a transactional id)
+        sink = check_transactional_id(request.get("sink"))
+        may.check(Operation.DESCRIBE if op == "read" else Operation.WRITE, TRANSACTIONAL_ID, sink)
         if op == "read":
             state, version = self.sinks.read(sink)
             return {"state": state, "version": version}

@@ -70,6 +70,12 @@ def _resource_options(p: argparse.ArgumentParser, required: bool, pattern_types:
     )
     resource.add_argument("--group", metavar="GROUP", help="a consumer group, a prefix (prefixed), or '*'")
     resource.add_argument("--cluster", action="store_true", help=f"the cluster ({CLUSTER_NAME})")
+    resource.add_argument(
+        "--transactional-id",
+        metavar="ID",
+        help="an exactly-once Spark sink's state: its streaming query id (batch writes: 'batch-<uuid>'), "
+        "a prefix, or '*'",
+    )
     p.add_argument(
         "--resource-pattern-type",
         metavar=pattern_types,
@@ -97,6 +103,8 @@ def _resource(args: argparse.Namespace) -> tuple[ResourceType, str] | None:
         return ResourceType.TOPIC, args.topic
     if args.group is not None:
         return ResourceType.GROUP, args.group
+    if args.transactional_id is not None:
+        return ResourceType.TRANSACTIONAL_ID, args.transactional_id
     return None
 
 
@@ -173,7 +181,9 @@ def _list(args: argparse.Namespace) -> int:
     kind = (args.resource_pattern_type or ("literal" if resource else ANY)).lower()
     pattern_type = None if kind in (ANY, MATCH) else _list_pattern_type(kind)
     if kind == MATCH and resource is None:
-        raise CliError(f"--resource-pattern-type {MATCH} needs a resource (--topic, --group or --cluster)")
+        raise CliError(
+            f"--resource-pattern-type {MATCH} needs a resource (--topic, --group, --transactional-id or --cluster)"
+        )
     if resource is not None and pattern_type is not None:
         ResourcePattern(*resource, pattern_type)  # a bad name is the one error to show, before connecting
     with cluster_metadata(args) as meta:

@@ -15,8 +15,8 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 
 from sparklog.coordination.zk_layout import ZkLayout
-from sparklog.errors import InvalidRequest, InvalidTopic, SparklogError
-from sparklog.names import check_topic_name
+from sparklog.errors import SparklogError
+from sparklog.names import check_transactional_id
 
 _ZLIB = b"zlib:"
 COMPRESS_FROM = 256 << 10
@@ -26,15 +26,6 @@ class SinkConflict(SparklogError):
     """Another writer changed this sink's state meanwhile (two runs of the same query)."""
 
     code = "SINK_CONFLICT"
-
-
-def check_sink_id(sink_id: object) -> str:
-    """A sink id (a streaming query id, or ``batch-<uuid>``) follows the naming rule of topics: it
-    is a znode name."""
-    try:
-        return check_topic_name(sink_id)
-    except InvalidTopic as exc:
-        raise InvalidRequest(str(exc).replace("topic name", "sink id")) from None
 
 
 def decode_state(data: bytes) -> dict[str, Any]:
@@ -56,7 +47,7 @@ class SinkStates:
         self.layout = layout
 
     def path(self, sink_id: str) -> str:
-        return f"{self.layout.root}/sinks/{check_sink_id(sink_id)}"
+        return f"{self.layout.root}/sinks/{check_transactional_id(sink_id)}"
 
     def read(self, sink_id: str) -> tuple[dict[str, Any] | None, int | None]:
         """The state and its znode version; (None, None) if the sink has none."""

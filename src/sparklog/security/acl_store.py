@@ -2,7 +2,7 @@
 memory (:class:`AclCache`, kept current by watches).
 
 Layout (:mod:`sparklog.coordination.zk_layout`): one znode per resource pattern,
-``<root>/security/acls/<literal|prefixed>/<Topic|Group|Cluster>/<name>``, holding
+``<root>/security/acls/<literal|prefixed>/<Topic|Group|Cluster|TransactionalId>/<name>``, holding
 ``{"acls": [{"principal", "host", "operation", "permission"}, ...]}``; a pattern without ACLs has no
 znode. As in Kafka, a change reads the znode, edits its list and writes it back on condition that the
 znode's version did not move (or that it still does not exist, or still has the version read when it
@@ -193,7 +193,7 @@ class AclCache:
     """Every ACL of the cluster in memory, for a broker's :class:`~sparklog.security.authorizer.Authorizer`
     (an :class:`~sparklog.security.authorizer.AclSource`).
 
-    One kazoo watch per znode and no polling: a ``ChildrenWatch`` on each of the six
+    One kazoo watch per znode and no polling: a ``ChildrenWatch`` on each of the eight
     ``<pattern type>/<resource type>`` znodes, and a ``DataWatch`` on each resource pattern's znode
     (stopped when the znode goes). Both are set again by kazoo after a lost session. A change made
     anywhere reaches the cache as soon as ZooKeeper notifies it (milliseconds); the lookup index is

@@ -1,7 +1,8 @@
 """ACLs as Kafka has them: who (principal, host) may or may not do what (operation) to which resources
 (a resource pattern), and Kafka's rule for deciding a request with them.
 
-- A :class:`ResourcePattern` names topics, groups or the cluster (``kafka-cluster``): one name
+- A :class:`ResourcePattern` names topics, groups, transactional ids (an exactly-once Spark sink's
+  state) or the cluster (``kafka-cluster``): one name
   (``literal``; the literal name ``*`` is every resource of the type) or every name starting with a
   prefix (``prefixed``).
 - An :class:`AclBinding` allows or denies one principal (``User:alice``, or ``User:*`` for everyone)
@@ -25,7 +26,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from typing import Self
 
 from sparklog.errors import InvalidRequest
-from sparklog.names import check_group_id, check_topic_name
+from sparklog.names import check_group_id, check_topic_name, check_transactional_id
 from sparklog.security.principal import parse_principal
 
 WILDCARD = "*"  # the literal resource name of every resource of a type; also a principal's name and a host
@@ -88,6 +89,7 @@ class ResourceType(_AclEnum):
     TOPIC = "Topic"
     GROUP = "Group"
     CLUSTER = "Cluster"
+    TRANSACTIONAL_ID = "TransactionalId"  # an exactly-once Spark sink's state (its id: the query id)
 
     @classmethod
     def kind(cls) -> str:
@@ -95,8 +97,8 @@ class ResourceType(_AclEnum):
 
     @property
     def label(self) -> str:
-        """The type in a sentence (``topic``)."""
-        return self.value.lower()
+        """The type in a sentence (``topic``, ``transactional id``)."""
+        return "transactional id" if self is ResourceType.TRANSACTIONAL_ID else self.value.lower()
 
     @property
     def operations(self) -> tuple[Operation, ...]:
@@ -122,6 +124,14 @@ _OPERATIONS = {
         Operation.CLUSTER_ACTION,
         Operation.ALL,
     ),
+    ResourceType.TRANSACTIONAL_ID: (Operation.WRITE, Operation.DESCRIBE, Operation.ALL),
+}
+
+
+_NAME_CHECKS = {
+    ResourceType.TOPIC: check_topic_name,
+    ResourceType.GROUP: check_group_id,
+    ResourceType.TRANSACTIONAL_ID: check_transactional_id,
 }
 
 
@@ -179,10 +189,8 @@ class ResourcePattern:
             if self.pattern_type is PatternType.PREFIXED:
                 label = self.resource_type.label
                 raise InvalidRequest(f"no {label} name starts with '*'; the literal name '*' means every {label}")
-        elif self.resource_type is ResourceType.TOPIC:
-            check_topic_name(self.name)
         else:
-            check_group_id(self.name)
+            _NAME_CHECKS[self.resource_type](self.name)
 
     @classmethod
     def parse(
