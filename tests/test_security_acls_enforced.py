@@ -3,6 +3,8 @@ with a message naming it, then allowed once an ACL allows it; super users may do
 
 from __future__ import annotations
 
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -125,3 +127,42 @@ def _succeeds(action) -> object:
         return action() or True
     except AuthorizationFailed:
         return False
+
+
+def test_an_open_fetch_stream_ends_when_its_read_acl_goes(secure: SecureSetup, broker: BrokerProcess) -> None:
+    """Records keep arriving, so the consumer's fetch stream is never renewed: the broker checks the
+    Read ACL before each message it sends, not only when the stream opens."""
+    secure.bootstrap = f"127.0.0.1:{broker.port}"
+    with Admin(bootstrap_servers=secure.bootstrap, config=secure.client("admin")) as admin:
+        admin.create_topic(TOPIC, 2, 1)
+    allow(secure, "topic", TOPIC, "Read")
+    admin_config = {**secure.client("admin"), "bootstrap.servers": secure.bootstrap}
+    stop = threading.Event()
+
+    def keep_producing() -> None:
+        with Producer(acks="1", config=admin_config) as producer:
+            n = 0
+            while not stop.is_set():
+                producer.send(TOPIC, str(n).encode(), partition=n % 2).result(30)
+                n += 1
+                time.sleep(0.01)
+
+    producing = threading.Thread(target=keep_producing, daemon=True)
+    producing.start()
+    try:
+        with Consumer(
+            TOPIC,
+            bootstrap_servers=secure.bootstrap,
+            auto_offset_reset="earliest",
+            config=secure.client("alice"),
+            max_wait_ms=30_000,  # an idle stream would stay open this long: only the ACL check ends it
+        ) as consumer:
+            wait_for(lambda: consumer.poll_batches(timeout=0.5), 30, "records through alice's open fetch")
+            remove(secure, "topic", TOPIC, "Read")
+            deadline = time.monotonic() + 20
+            with pytest.raises(AuthorizationFailed, match=f"User:alice may not Read topic '{TOPIC}'"):
+                while time.monotonic() < deadline:
+                    consumer.poll_batches(timeout=0.5)
+    finally:
+        stop.set()
+        producing.join(30)

@@ -144,6 +144,14 @@ def _throttled_messages(messages: Iterator[Any], throttled: Throttled) -> Iterat
         yield message
 
 
+def _checked_messages(messages: Iterator[Any], check: Callable[[], None]) -> Iterator[Any]:
+    """A consumer fetch's messages, each sent only if the caller may still read (an open stream
+    ends with the authorization error as soon as its Read ACL goes, however long it stays open)."""
+    for message in messages:
+        check()
+        yield message
+
+
 class BrokerServer(flight.FlightServerBase):
     """Serves one broker's partitions over Arrow Flight, on one of its listeners."""
 
@@ -277,9 +285,11 @@ class BrokerServer(flight.FlightServerBase):
                 return self._replica_fetch(request, context)
             throttled = self._throttler(context)
             if request.get("type") == FETCH_MANY:
-                self._may(context).check(Operation.READ, TOPIC, check_topic_name(request.get("topic")))
+                may = self._may(context)
+                topic = check_topic_name(request.get("topic"))
+                may.check(Operation.READ, TOPIC, topic)
                 throttled("request", 1)
-                return self._multi_fetch(request, context, throttled)
+                return self._multi_fetch(request, context, throttled, self._read_check(may, topic))
             topic, p = _topic(request), _int(request, "partition")
             offset = _int(request, "offset")
             max_bytes = min(max(_int(request, "max_bytes", 8 << 20), 1), MAX_FETCH_BYTES)
@@ -338,6 +348,8 @@ class BrokerServer(flight.FlightServerBase):
             responses = self._fetch_stream(partition, stored, schema, convert, replica_id >= 0, plan, follower)
             if throttled is not _unthrottled:
                 responses = _throttled_messages(responses, throttled)
+            if replica_id < 0 and (check := self._read_check(self._may(context), topic)) is not None:
+                responses = _checked_messages(responses, check)
             return flight.GeneratorStream(schema, _guarded("a fetch response", responses))
 
     def _replica_fetch(self, request: dict[str, Any], context: flight.ServerCallContext) -> flight.FlightDataStream:
@@ -347,8 +359,19 @@ class BrokerServer(flight.FlightServerBase):
         )
         return flight.GeneratorStream(ENVELOPE, _guarded("a replica fetch", response.messages(request)))
 
+    def _read_check(self, may: CallPermissions, topic: str) -> Callable[[], None] | None:
+        """What checks, before each message of an open consumer fetch, that its caller may still
+        read ``topic`` (None without an authorizer: nothing to check)."""
+        if self.authorizer is None:
+            return None
+        return lambda: may.check(Operation.READ, TOPIC, topic)
+
     def _multi_fetch(
-        self, request: dict[str, Any], context: flight.ServerCallContext, throttled: Throttled
+        self,
+        request: dict[str, Any],
+        context: flight.ServerCallContext,
+        throttled: Throttled,
+        read_check: Callable[[], None] | None,
     ) -> flight.FlightDataStream:
         """A consumer's fetch of many partitions of one topic, one stream (``sparklog.multi_fetch``)."""
         response = MultiFetchResponse(
@@ -361,6 +384,8 @@ class BrokerServer(flight.FlightServerBase):
         schema, messages = response.open(request)
         if throttled is not _unthrottled:
             messages = _throttled_messages(messages, throttled)
+        if read_check is not None:
+            messages = _checked_messages(messages, read_check)
         return flight.GeneratorStream(schema, _guarded("a multi-partition fetch", messages))
 
     @staticmethod
