@@ -6,10 +6,12 @@ transcription of its Java), the default for new topics; topics without a ``parti
 from __future__ import annotations
 
 import json
+import logging
 import random
 import time
 from typing import Any
 
+import confluent_kafka
 import numpy as np
 import pyarrow as pa
 import pytest
@@ -143,6 +145,32 @@ def test_murmur2_column_of_any_layout() -> None:
     assert murmur2_keys(pa.array(same_length)).view(np.int32).tolist() == [java_murmur2(k) for k in same_length]
     assert murmur2_keys(pa.array([], pa.binary())).tolist() == []
     assert murmur2_keys(pa.array([None, None], pa.binary())).tolist() == [0, 0]
+
+
+def test_librdkafka_murmur2_random_puts_keys_where_we_do() -> None:
+    """A real Kafka client as a third reference: confluent-kafka (librdkafka) with
+    ``partitioner=murmur2_random`` produces to librdkafka's built-in mock Kafka cluster (in
+    process, topics auto-created with 4 partitions); every key is delivered to the partition ours
+    gives."""
+    keys = [*KAFKA_MURMUR2, b"", b"\xff\x00\x80", *(f"customer-{i}".encode() for i in range(60))]
+    producer = confluent_kafka.Producer(
+        {"test.mock.num.brokers": 1, "partitioner": "murmur2_random", "logger": logging.getLogger("librdkafka")}
+    )
+    delivered: dict[bytes, int] = {}
+
+    def done(err: Any, msg: Any) -> None:
+        assert err is None, err
+        delivered[msg.key()] = msg.partition()
+
+    for key in keys:
+        producer.produce("placement", value=b"v", key=key, on_delivery=done)
+    assert producer.flush(30) == 0
+    partitions = len(producer.list_topics("placement", timeout=10).topics["placement"].partitions)
+    assert partitions > 1 and len(delivered) == len(keys)
+    assert delivered == {k: partition_for_key(k, partitions) for k in keys}
+    assert delivered == dict(
+        zip(keys, partitions_for_keys(pa.array(keys, pa.binary()), partitions).tolist(), strict=True)
+    )
 
 
 def test_fnv1a_is_unchanged() -> None:
