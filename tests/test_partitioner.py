@@ -248,10 +248,14 @@ def test_keys_land_where_kafka_puts_them_and_old_topics_keep_fnv1a(
         admin.create_topic("old", 7)
         admin.create_topic("kept", 7, configs={"partitioner": "fnv1a"})
         admin.create_topic("overridden", 7)
+        admin.create_topic("aliased", 7, configs={"partitioner": "murmur2_random"})
+        admin.create_topic("switched", 7)
     _forget_partitioner(sparklog_connect, "old")
+    _forget_partitioner(sparklog_connect, "switched")
     with ClusterMetadata(sparklog_connect) as meta:
         assert meta.topic("new").configs == {"partitioner": "murmur2"}
         assert meta.topic("old").configs == {}
+        assert meta.topic("aliased").configs == {"partitioner": "murmur2"}  # stored by its canonical name
 
     with Producer(sparklog_connect, linger_ms=1) as producer:
         for topic in ("new", "old", "kept"):
@@ -278,6 +282,13 @@ def test_keys_land_where_kafka_puts_them_and_old_topics_keep_fnv1a(
         assert cli_main(["--zookeeper", sparklog_connect, "topics", "describe", topic]) == 0
         first = capsys.readouterr().out.splitlines()[0]
         assert f"Partitioner: {shown}" in first, first
+
+    # an old topic moved to Kafka's placement: records from then on go to murmur2's partitions
+    with Admin(sparklog_connect) as admin:
+        assert admin.alter_topic("switched", {"partitioner": "murmur2"}).configs == {"partitioner": "murmur2"}
+    with Producer(sparklog_connect) as producer:
+        producer.send_batch("switched", {"key": pa.array(keys, pa.binary()), "value": [b"w"] * len(keys)})
+    assert _placed(sparklog_connect, "switched", len(keys)) == kafka
 
     with pytest.raises(InvalidConfig, match="partitioner must be murmur2"):
         Producer(sparklog_connect, config={"partitioner": "consistent_random"})
