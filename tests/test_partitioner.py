@@ -15,6 +15,8 @@ import confluent_kafka
 import numpy as np
 import pyarrow as pa
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from sparklog import Admin, Consumer, Producer
 from sparklog.cli.main import main as cli_main
@@ -118,6 +120,22 @@ def test_murmur2_column_and_single_key_equal_kafkas_java() -> None:
         assert [murmur2_partition(k, partitions) for k in keys] == placed
         assert murmur2_partitions(pa.array(keys, pa.binary()), partitions).tolist() == placed
         assert partitions_for_keys(pa.array(keys, pa.binary()), partitions, "murmur2").tolist() == placed
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    keys=st.lists(st.one_of(st.none(), st.binary(max_size=70)), max_size=40),
+    partitions=st.integers(min_value=1, max_value=10_000),
+    start=st.integers(min_value=0, max_value=5),
+)
+def test_murmur2_column_equals_the_java_for_any_keys(keys: list[bytes | None], partitions: int, start: int) -> None:
+    """Any keys (nulls among them, the column sliced): the column's partitions are the Java's for
+    every non-null key, and the single-key function agrees."""
+    column = pa.array([b"pad"] * start + keys, pa.binary()).slice(start)
+    placed = partitions_for_keys(column, partitions).tolist()
+    for key, partition in zip(keys, placed, strict=True):
+        if key is not None:
+            assert partition == java_partition(key, partitions) == partition_for_key(key, partitions)
 
 
 def test_murmur2_column_of_any_layout() -> None:
