@@ -76,7 +76,8 @@ def test_clients_need_only_bootstrap_servers(start_broker: Any, sparklog_connect
         assert topic in admin.list_topics()
         described = admin.describe_topic(topic)
         assert [p["leader"] for p in described["partitions"]] == [1, 1, 1]
-        assert described["configs"] == {"retention.ms": "3600000"}
+        assert described["configs"] == {"retention.ms": "3600000", "partitioner": "murmur2"}
+        assert described["partitioner"] == "murmur2"
         assert admin.alter_topic(topic, {"retention.ms": "7200000"}).configs["retention.ms"] == "7200000"
         with pytest.raises(InvalidTopic):
             admin.create_topic("__sparklog_mine", 1, 1)

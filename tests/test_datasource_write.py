@@ -51,9 +51,9 @@ def test_batch_write_columns_partitioning_and_headers(spark, spark_cluster):
         key = f"user-{i % 7}" if i % 3 else None
         part = 2 if i % 10 == 0 and i % 15 else None
         headers = [("src", f"h{i}".encode())] if i % 2 else None
-        rows.append((key, f"value-{i}", part, headers, other if i % 15 == 0 else None))
+        rows.append((key, f"value-{i}", part, headers, other if i % 15 == 0 else topic))
     df = spark.createDataFrame(rows, schema).repartition(2)
-    df.write.format("sparklog").option("zookeeper", zk).option("topic", topic).mode("append").save()
+    df.write.format("sparklog").option("zookeeper", zk).mode("append").save()  # the topic column decides
 
     written = read_topic(zk, topic)
     elsewhere = read_topic(zk, other)
@@ -74,8 +74,8 @@ def test_batch_write_columns_partitioning_and_headers(spark, spark_cluster):
 
 def test_bad_write_inputs_fail_naming_the_column(spark, spark_cluster):
     zk = spark_cluster.zookeeper
-    df = spark.createDataFrame([("a", 1)], "value string, extra int")
-    with pytest.raises(Exception, match="extra"):
+    df = spark.createDataFrame([("a", 1)], "value string, partition string")
+    with pytest.raises(Exception, match="'partition' has type string"):
         df.write.format("sparklog").option("zookeeper", zk).option("topic", "x").mode("append").save()
     with pytest.raises(Exception, match="'value' column"):
         spark.createDataFrame([("a",)], "key string").write.format("sparklog").option("topic", "x").mode(

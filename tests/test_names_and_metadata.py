@@ -203,7 +203,7 @@ def test_reserved_names_are_refused_to_users_and_taken_by_sparklog(meta: Cluster
             admin.alter_topic("__sparklog_staging", {"retention.ms": "1"})
         with pytest.raises(InvalidTopic, match="cannot delete"):
             admin.delete_topic("__sparklog_staging")
-    assert meta.topic("__sparklog_staging").configs == {"retention.ms": "3600000"}
+    assert meta.topic("__sparklog_staging").configs == {"retention.ms": "3600000", "partitioner": "murmur2"}
     meta.delete_topic("__sparklog_staging", internal=True)
     assert meta.topics() == []
 
@@ -245,7 +245,7 @@ def test_sink_refuses_a_staging_topic_whose_settings_lose_rows(broker: tuple[Any
 
         fresh = _name("__sparklog_staging")
         assert ensure_staging_topic(client, fresh) >= 4  # created through the internal path
-        assert client.topic(fresh, refresh=True).configs == STAGING_CONFIGS
+        assert client.topic(fresh, refresh=True).configs == {**STAGING_CONFIGS, "partitioner": "murmur2"}
         kept = _name("kept")
         client.cluster.create_topic(kept, 3, configs={"retention.ms": "-1", "retention.bytes": str(2 << 30)})
         assert ensure_staging_topic(client, kept) == 3

@@ -6,6 +6,7 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
+from sparklog.client.partitioner import LEGACY_PARTITIONER, PARTITIONERS, partitioner_name
 from sparklog.errors import InvalidConfig
 
 CLEANUP_POLICIES = ("delete", "compact", "compact,delete")
@@ -13,6 +14,7 @@ COMPRESSIONS = ("none", "lz4", "zstd")
 TIMESTAMP_TYPES = ("CreateTime", "LogAppendTime")
 SCHEMA_COMPATIBILITIES = ("BACKWARD", "FORWARD", "FULL", "NONE")
 
+PARTITIONER_CONFIG = "partitioner"
 _DAY_MS = 24 * 3600 * 1000
 _RAISED_MINIMUMS = {"segment.ms": 1000}  # minimums raised after topics could have been created below them
 
@@ -50,12 +52,17 @@ class TopicConfig:
     message_timestamp_after_max_ms: int = 3_600_000
     unclean_leader_election_enable: bool = False
     schema_compatibility: str = "BACKWARD"
+    # how producers and the sink place keyed records (:mod:`sparklog.client.partitioner`): topics
+    # are created with ``murmur2`` (Kafka's); a topic whose configs have no entry predates it and
+    # keeps ``fnv1a``, so its keys stay where they are
+    partitioner: str = LEGACY_PARTITIONER
 
     def __post_init__(self) -> None:
         _check_choice("cleanup.policy", self.cleanup_policy, CLEANUP_POLICIES)
         _check_choice("compression", self.compression, COMPRESSIONS)
         _check_choice("message.timestamp.type", self.message_timestamp_type, TIMESTAMP_TYPES)
         _check_choice("schema.compatibility", self.schema_compatibility, SCHEMA_COMPATIBILITIES)
+        _check_choice("partitioner", self.partitioner, PARTITIONERS)
         for name in ("retention.ms", "retention.bytes", "flush.messages", "flush.ms"):
             value = getattr(self, _attr(name))
             if value < -1:
@@ -160,4 +167,6 @@ def _parse(name: str, raw: Any, type_name: Any) -> Any:
         text = text.lower()
     if name == "schema.compatibility":
         text = text.upper()
+    if name == "partitioner":
+        text = partitioner_name(text)
     return text

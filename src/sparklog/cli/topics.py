@@ -57,7 +57,9 @@ def add_topics(sub: argparse._SubParsersAction) -> None:
     p = tsub.add_parser(
         "describe",
         help="per partition: leader, replicas, in-sync replicas, log start and end offsets",
-        description="Prints a line 'Topic: NAME  Partitions: P  ReplicationFactor: R  Configs: k=v,...' "
+        description="Prints a line 'Topic: NAME  Partitions: P  ReplicationFactor: R  Partitioner: murmur2|fnv1a  "
+        "Configs: k=v,...' (the partitioner places keyed records: murmur2, Kafka's, for topics created "
+        "since sparklog has it; fnv1a for older ones), "
         "then a table with one row per partition: PARTITION LEADER REPLICAS ISR LOG-START-OFFSET "
         "LOG-END-OFFSET (broker ids comma-separated; '-' where a partition's leader is unreachable).",
     )
@@ -118,7 +120,7 @@ def _describe(args: argparse.Namespace) -> int:
     rf = len(partitions[0]["replicas"]) if partitions else 0
     print(
         f"Topic: {info['topic']}  Partitions: {len(partitions)}  ReplicationFactor: {rf}  "
-        f"Configs: {_configs_text(info['configs'])}"
+        f"Partitioner: {info['partitioner']}  Configs: {_configs_text(info['configs'])}"
     )
     print_table(
         DESCRIBE_HEADERS,

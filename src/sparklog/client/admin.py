@@ -72,7 +72,9 @@ class Admin:
         return self.view.alter_topic_configs(name, configs)
 
     def describe_topic(self, name: str) -> dict[str, Any]:
-        """Per partition: leader, replicas, in-sync replicas, log start and end offsets."""
+        """Per partition: leader, replicas, in-sync replicas, log start and end offsets; and the
+        topic's configs and ``partitioner`` (the one its keys are placed with, also for a topic
+        whose configs name none: ``fnv1a``, it was created before murmur2)."""
         meta = self.view.topic(name, refresh=True)
         states = self.view.partition_states(name)
         partitions = []
@@ -93,7 +95,12 @@ class Admin:
             except Exception as exc:  # a partition whose leader is down still gets described
                 entry.update(log_start_offset=None, log_end_offset=None, error=str(exc).splitlines()[0])
             partitions.append(entry)
-        return {"topic": name, "partitions": partitions, "configs": meta.configs}
+        return {
+            "topic": name,
+            "partitions": partitions,
+            "configs": meta.configs,
+            "partitioner": meta.config.partitioner,
+        }
 
     def reassign_partitions(
         self, topic: str, targets: Mapping[int, list[int]], wait: bool = False, timeout_s: float = 300.0

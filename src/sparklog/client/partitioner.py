@@ -1,7 +1,16 @@
-"""Which partition a record goes to: a stable hash of the key bytes, or spread when there is no key.
+"""Which partition a keyed record goes to: the topic's partitioner, by name.
 
-The hash is FNV-1a (64-bit) over the key bytes, computed for a whole column at once with numpy
-(no per-record Python), and the same for a single key, so ``send()`` and ``send_batch()`` agree.
+- ``murmur2``: Kafka's (``toPositive(murmur2(key)) % partitions``, :mod:`.murmur2`), so a key lands
+  where Kafka's producers put it. The partitioner of every topic created since sparklog had it.
+- ``fnv1a``: sparklog's earlier key hash (FNV-1a 64, :mod:`.fnv1a`), kept by topics created
+  before: a topic whose configs have no ``partitioner`` entry keeps ``fnv1a``, so its keys stay on
+  their partitions.
+
+A topic's partitioner is its config ``partitioner`` (``sparklog topics describe`` shows it); a
+client may override it (the Producer's setting ``partitioner``, the sink's option of that name),
+with librdkafka's names: ``murmur2_random`` (Kafka's Java default) and ``murmur2`` mean murmur2,
+``fnv1a_random`` and ``fnv1a`` mean sparklog's fnv1a (64-bit, unlike librdkafka's 32-bit one).
+Records without a key are never hashed: the producer and the sink spread them (sticky batches).
 """
 
 from __future__ import annotations
@@ -9,42 +18,46 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
-_FNV_OFFSET = np.uint64(0xCBF29CE484222325)
-_FNV_PRIME = np.uint64(0x100000001B3)
+from sparklog.client.fnv1a import fnv1a, fnv1a_keys
+from sparklog.client.murmur2 import murmur2_partition, murmur2_partitions
+from sparklog.errors import InvalidConfig
+
+MURMUR2 = "murmur2"
+FNV1A = "fnv1a"
+PARTITIONERS = (MURMUR2, FNV1A)
+NEW_TOPIC_PARTITIONER = MURMUR2  # written into the configs of every topic created
+LEGACY_PARTITIONER = FNV1A  # a topic whose configs name none was created before murmur2
+_ALIASES = {MURMUR2: MURMUR2, "murmur2_random": MURMUR2, FNV1A: FNV1A, "fnv1a_random": FNV1A}
+_UNSUPPORTED = ("random", "consistent", "consistent_random")  # librdkafka's others (CRC32 or keyless)
 
 
-def key_hash(key: bytes) -> int:
-    """FNV-1a 64 of one key."""
-    h = int(_FNV_OFFSET)
-    for byte in key:
-        h = ((h ^ byte) * int(_FNV_PRIME)) & 0xFFFFFFFFFFFFFFFF
-    return h
+def partitioner_name(value: object, setting: str = "partitioner") -> str:
+    """The partitioner a setting names (``murmur2`` or ``fnv1a``; librdkafka's names accepted),
+    else InvalidConfig naming the setting."""
+    text = str(value).strip().lower()
+    chosen = _ALIASES.get(text)
+    if chosen is not None:
+        return chosen
+    why = " (sparklog hashes every key)" if text in _UNSUPPORTED else ""
+    raise InvalidConfig(
+        f"{setting} must be murmur2 (Kafka's default; also murmur2_random) or fnv1a (also fnv1a_random), "
+        f"got {value!r}{why}"
+    )
 
 
-def partition_for_key(key: bytes, partitions: int) -> int:
-    return key_hash(key) % partitions
+def partitions_for_keys(keys: pa.Array, partitions: int, partitioner: str = NEW_TOPIC_PARTITIONER) -> np.ndarray:
+    """The partition of every key of a column (int64; a null key's entry means nothing)."""
+    if partitioner == MURMUR2:
+        return murmur2_partitions(keys, partitions)
+    if partitioner == FNV1A:
+        return (fnv1a_keys(keys) % np.uint64(partitions)).astype(np.int64)
+    raise InvalidConfig(f"unknown partitioner {partitioner!r}; known: {', '.join(PARTITIONERS)}")
 
 
-def hash_keys(keys: pa.Array) -> np.ndarray:
-    """FNV-1a 64 of every key of a binary column (nulls hash to 0), vectorized over key positions:
-    step i folds byte i of every key that is at least i+1 bytes long."""
-    keys = keys.cast(pa.binary()) if keys.type != pa.binary() else keys
-    n = len(keys)
-    offsets = np.frombuffer(keys.buffers()[1], dtype=np.int32, count=n + 1, offset=keys.offset * 4)
-    data_buf = keys.buffers()[2]
-    data = np.frombuffer(data_buf, dtype=np.uint8) if data_buf is not None else np.empty(0, np.uint8)
-    starts, lengths = offsets[:-1].astype(np.int64), np.diff(offsets).astype(np.int64)
-    h = np.full(n, _FNV_OFFSET, dtype=np.uint64)
-    longest = int(lengths.max()) if n else 0
-    with np.errstate(over="ignore"):
-        for i in range(longest):
-            rows = np.nonzero(lengths > i)[0]
-            h[rows] = (h[rows] ^ data[starts[rows] + i].astype(np.uint64)) * _FNV_PRIME
-    if keys.null_count:
-        h[np.asarray(keys.is_null().to_numpy(zero_copy_only=False))] = 0
-    return h
-
-
-def partitions_for_keys(keys: pa.Array, partitions: int) -> np.ndarray:
-    """The partition of every key of a column."""
-    return (hash_keys(keys) % np.uint64(partitions)).astype(np.int64)
+def partition_for_key(key: bytes, partitions: int, partitioner: str = NEW_TOPIC_PARTITIONER) -> int:
+    """The partition of one key (the same as :func:`partitions_for_keys` gives it)."""
+    if partitioner == MURMUR2:
+        return murmur2_partition(key, partitions)
+    if partitioner == FNV1A:
+        return fnv1a(key) % partitions
+    raise InvalidConfig(f"unknown partitioner {partitioner!r}; known: {', '.join(PARTITIONERS)}")

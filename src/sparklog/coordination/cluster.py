@@ -14,7 +14,8 @@ from kazoo.exceptions import NodeExistsError, NoNodeError, RolledBackError
 from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.protocol.states import WatchedEvent
 
-from sparklog.config import TopicConfig
+from sparklog.client.partitioner import NEW_TOPIC_PARTITIONER
+from sparklog.config import PARTITIONER_CONFIG, TopicConfig
 from sparklog.coordination.zk_layout import ZkLayout, split_connect_string
 from sparklog.errors import (
     CoordinatorNotAvailable,
@@ -272,7 +273,10 @@ class ClusterMetadata:
             )
         if replication_factor < 1:
             raise InvalidRequest(f"--replication-factor must be at least 1, got {replication_factor}")
-        config = TopicConfig.from_dict(configs or {})
+        # every new topic names its partitioner (murmur2 unless given): a topic without the entry
+        # was created before it existed and keeps fnv1a (:mod:`sparklog.client.partitioner`)
+        configs = {PARTITIONER_CONFIG: NEW_TOPIC_PARTITIONER, **(configs or {})}
+        config = TopicConfig.from_dict(configs)
         if config.min_insync_replicas > replication_factor:
             raise InvalidRequest(
                 f"min.insync.replicas={config.min_insync_replicas} exceeds the replication factor {replication_factor}"
@@ -289,7 +293,8 @@ class ClusterMetadata:
             )
         start = len(self.zk.get_children(self.layout.topics)) % len(brokers)
         replicas = assign_replicas(brokers, partitions, replication_factor, start)
-        overrides = {k: str(v) for k, v in (configs or {}).items()}
+        overrides = {k: str(v) for k, v in configs.items()}
+        overrides[PARTITIONER_CONFIG] = config.partitioner  # its canonical name
         body = {"replicas": replicas, "configs": overrides}
         size = len(json.dumps(body)) + len(schema_json or "")
         if size > ZK_MAX_DATA_BYTES:

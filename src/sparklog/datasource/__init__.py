@@ -37,10 +37,13 @@ version, see :mod:`sparklog.datasource.typed`), ``topic`` string, ``partition`` 
 offset range; ``minPartitions`` splits large ranges).
 
 Write options: ``bootstrap.servers`` / ``kafka.bootstrap.servers`` or ``zookeeper``, ``topic``
-(default for rows without a ``topic`` column), ``batchRecords`` (rows per stored batch, default
-10000), ``stagingTopic`` (default ``__sparklog_staging``; typed targets stage in
-``<stagingTopic>.<topic>.v<version>.<hash>``). Input columns ``value`` and optional ``key``,
-``partition``, ``headers``, ``timestamp``, ``topic``; target topics must exist. ``value`` is binary
+(every row's topic: it overrides a ``topic`` column, as in Kafka's sink), ``batchRecords`` (rows per
+stored batch, default 10000), ``stagingTopic`` (default ``__sparklog_staging``; typed targets stage
+in ``<stagingTopic>.<topic>.v<version>.<hash>``), ``partitioner`` (``murmur2`` or ``fnv1a``; default
+each topic's own) and Kafka's producer settings (``kafka.acks``, ``kafka.compression.type`` ...:
+:mod:`sparklog.datasource.producer_settings`). Input columns ``value`` and optional ``key``,
+``partition``, ``headers``, ``timestamp``, ``topic``; other columns are ignored, as Kafka's sink
+ignores them; target topics must exist. ``value`` is binary
 or string for a plain topic; for a typed topic a struct of its schema's fields (as this source reads
 it; checked and converted, a row that does not fit fails the write naming the field) or Avro
 single-object encoded binary. The sink is exactly-once: see :mod:`sparklog.datasource.writer`.

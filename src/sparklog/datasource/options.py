@@ -19,6 +19,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from sparklog.client.cluster_address import ClusterAddress, parse_bootstrap_servers
+from sparklog.datasource.producer_settings import PRODUCER_OPTIONS, parse_producer_settings
 from sparklog.errors import InvalidConfig, InvalidGroupId, InvalidRequest, InvalidTopic
 from sparklog.names import INTERNAL_TOPIC_PREFIX, check_group_id, check_topic_name
 from sparklog.security.client_config import KEYS as SECURITY_KEYS
@@ -68,6 +69,7 @@ WRITE_OPTIONS = (
     "stagingTopic",
     "batchRecords",
     "checkpointLocation",  # Spark passes the streaming checkpoint to the sink; used for nothing but the query id
+    *PRODUCER_OPTIONS,  # kafka.acks, partitioner, ...: producer_settings.py
     TEST_FAIL_TASK_ONCE,
     TEST_CRASH_COMMIT,
 )
@@ -228,6 +230,7 @@ class WriteOptions:
     staging_topic: str
     batch_records: int
     checkpoint_location: str | None
+    partitioner: str | None  # how keyed rows are placed (None: each target topic's own partitioner)
     test_fail_task_once: str | None
     test_crash_commit: tuple[str, str] | None  # (marker file, point)
 
@@ -412,6 +415,7 @@ def parse_write_options(options: Mapping[str, Any]) -> WriteOptions:
         staging_topic=staging,
         batch_records=_positive_int(opts, "batchRecords") or DEFAULT_BATCH_RECORDS,
         checkpoint_location=opts.get("checkpointlocation"),
+        partitioner=parse_producer_settings(opts).partitioner,
         test_fail_task_once=opts.get(TEST_FAIL_TASK_ONCE.lower()),
         test_crash_commit=crash,
     )

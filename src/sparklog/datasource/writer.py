@@ -4,9 +4,13 @@ Input columns: ``value`` (required: binary or string for plain topics; for a typ
 its schema's fields, as the sparklog source reads it, or Avro single-object encoded binary, see
 :mod:`sparklog.datasource.typed`), optional ``key`` (binary or string),
 ``partition`` (int), ``headers`` (array<struct<key string, value binary>> or map<string, binary>),
-``timestamp`` (timestamp or long ms), ``topic`` (string; the ``topic`` option is the default for
-rows without one); an ``offset`` column (as read from sparklog) is ignored. Keyed rows go to the
-partition the producer's key hash picks, so a key always lands in the same partition.
+``timestamp`` (timestamp or long ms), ``topic`` (string; used when the ``topic`` option is not
+given, which overrides it as in Kafka's sink). Other columns (``offset``, ``timestampType`` as read
+from a topic, anything else) are ignored, as Kafka's sink ignores them. Rows with a ``partition``
+go there; keyed rows go to the partition the target topic's partitioner picks (``murmur2``, Kafka's,
+or ``fnv1a`` for topics created before it; the option ``partitioner`` overrides, see
+:mod:`sparklog.datasource.producer_settings` for it and Kafka's producer settings), so a key always
+lands in the same partition, the one Kafka's producers put it in; rows without either are spread.
 
 **Exactly-once.** Every row of a micro-batch ends up in its topic exactly once, across task
 retries, speculative tasks, re-runs of a whole micro-batch and restarts of the query from its
@@ -148,6 +152,8 @@ def _is(dtype: DataType, *types: type) -> bool:
 def check_input_schema(schema: StructType, options: WriteOptions) -> None:
     """Refuse (at save()/start()) inputs the sink cannot write, naming the column."""
     fields = {f.name.lower(): f for f in schema.fields}
+    if options.topic is not None:
+        fields.pop("topic", None)  # the option overrides the column, whatever its type (Kafka's rule)
     if "value" not in fields:
         raise InvalidRequest(
             "sparklog sink needs a 'value' column (binary or string, or a struct for a typed topic); the input "
@@ -159,8 +165,10 @@ def check_input_schema(schema: StructType, options: WriteOptions) -> None:
         "topic": (StringType,),
         "partition": (IntegerType, LongType, ShortType),
         "timestamp": (TimestampType, TimestampNTZType, LongType),
-        "offset": (LongType, IntegerType),
     }
+    ignored = [f.name for name, f in fields.items() if name not in checks and name != "headers"]
+    if ignored:
+        log.info("sparklog sink: ignoring the input column(s) %s, as Kafka's sink does", ", ".join(ignored))
     for name, field in fields.items():
         if name == "headers":
             dtype = field.dataType
@@ -180,10 +188,7 @@ def check_input_schema(schema: StructType, options: WriteOptions) -> None:
                 )
             continue
         if name not in checks:
-            raise InvalidRequest(
-                f"sparklog sink does not know the column {field.name!r}; it writes value, key, partition, "
-                "headers, timestamp and topic (select or drop the others)"
-            )
+            continue
         if not _is(field.dataType, *checks[name]):
             raise InvalidRequest(
                 f"sparklog sink column {field.name!r} has type {field.dataType.simpleString()}; expected "
@@ -358,7 +363,8 @@ class Stager:
         lower = {n.lower(): n for n in batch.schema.names}
         present = [c for c in ("key", "value", "timestamp", "headers") if c in lower]
         user = pa.RecordBatch.from_arrays([batch.column(lower[c]) for c in present], names=present)
-        topics = self._topics(batch.column(lower["topic"]) if "topic" in lower else None, batch.num_rows)
+        column = batch.column(lower["topic"]) if "topic" in lower and self.options.topic is None else None
+        topics = self._topics(column, batch.num_rows)
         explicit = batch.column(lower["partition"]) if "partition" in lower else None
         for topic, rows in topics:
             if topic == self.options.staging_topic:
@@ -440,14 +446,15 @@ class Stager:
         return stream
 
     def _topics(self, column: pa.Array | None, n: int) -> list[tuple[str, np.ndarray | None]]:
-        default = self.options.topic
-        if column is None:
-            assert default is not None
-            return [(default, None)]
+        """The target topic of the rows: the ``topic`` option for all (it overrides the column, as
+        in Kafka's sink), else each row's ``topic`` column, as (topic, its rows or None for all)."""
+        if self.options.topic is not None:
+            return [(self.options.topic, None)]
+        assert column is not None
         if column.null_count:
-            if default is None:
-                raise InvalidRecord("sparklog sink: a row has no topic (null 'topic' and no option 'topic')")
-            column = pc.fill_null(column, default)
+            raise InvalidRecord(
+                "sparklog sink: null topic present in the data; use the option 'topic' for setting a default topic"
+            )
         encoded = column.dictionary_encode()
         names = encoded.dictionary.to_pylist()
         if len(names) == 1:
@@ -471,7 +478,8 @@ class Stager:
         if free.any():
             keys = records.column("key")
             if keys.null_count < rows:
-                hashed = partitions_for_keys(keys, n)
+                partitioner = self.options.partitioner or self.client.topic(topic).config.partitioner
+                hashed = partitions_for_keys(keys, n, partitioner)
                 keyed = free & ~np.asarray(keys.is_null().to_numpy(zero_copy_only=False))
                 parts[keyed] = hashed[keyed]
                 free &= ~keyed

@@ -23,6 +23,7 @@ import pyarrow as pa
 
 from sparklog.client.cluster_address import resolve
 from sparklog.client.cluster_client import DEFAULT_ZOOKEEPER, ClusterClient
+from sparklog.client.partitioner import partitioner_name
 from sparklog.client.producer.broker_stream import BrokerProduceStream
 from sparklog.client.producer.futures import BatchMetadata, GroupOutcome, ProduceFuture
 from sparklog.client.producer.produce_batch import PartitionRows, wire_batches
@@ -30,12 +31,13 @@ from sparklog.client.producer.record_accumulator import TopicRecords
 from sparklog.client.producer.row_routing import RowRouter, place, rows_by_partition, take_rows
 from sparklog.client.producer.sender import Sender
 from sparklog.coordination.cluster import BrokerInfo
-from sparklog.errors import InvalidRecord, InvalidRequest
+from sparklog.errors import InvalidConfig, InvalidRecord, InvalidRequest
 from sparklog.records import HEADER_TYPE, wire_batch_of_rows
 from sparklog.schemas.codec import decode_avro
 from sparklog.schemas.value_schema import ValueSchema
 
 ACKS = ("0", "1", "all")
+PARTITIONER_SETTING = "partitioner"  # librdkafka's name; the one producer setting ``config`` takes beyond the client's
 IN_FLIGHT_WAIT_S = 0.05  # how long the linger thread waits for groups in flight before taking the next
 
 
@@ -57,6 +59,12 @@ class Producer:
     The cluster is found through ``bootstrap_servers`` (``host:port,...``, or
     ``config={"bootstrap.servers": ...}``): brokers only, no ZooKeeper session; else through
     ``zookeeper``.
+
+    Keyed records go to the partition the topic's partitioner picks (its config ``partitioner``:
+    ``murmur2``, Kafka's, for topics created since it existed; ``fnv1a`` for older ones, see
+    :mod:`sparklog.client.partitioner`). ``partitioner`` (or ``config={"partitioner": ...}``,
+    librdkafka's setting: ``murmur2_random``, ``murmur2``, ``fnv1a``, ``fnv1a_random``) overrides it
+    for every topic this producer writes.
     """
 
     def __init__(
@@ -72,8 +80,18 @@ class Producer:
         *,
         bootstrap_servers: str | None = None,
         config: Mapping[str, Any] | None = None,
+        partitioner: str | None = None,
     ) -> None:
-        address = resolve(zookeeper, bootstrap_servers, config)
+        settings = dict(config or {})
+        configured = settings.pop(PARTITIONER_SETTING, None)
+        if configured is not None and partitioner is not None and str(configured) != partitioner:
+            raise InvalidConfig(
+                f"partitioner={partitioner!r} and config['{PARTITIONER_SETTING}']={configured!r} contradict"
+            )
+        chosen = partitioner if partitioner is not None else configured
+        # None: each topic's own partitioner
+        self.partitioner = None if chosen is None else partitioner_name(chosen, PARTITIONER_SETTING)
+        address = resolve(zookeeper, bootstrap_servers, settings)
         acks = "all" if str(acks) in ("all", "-1") else str(acks)
         if acks not in ACKS:
             raise InvalidRequest(f"acks must be 0, 1 or all, got {acks!r}")
@@ -315,7 +333,8 @@ class Producer:
         ``on_done(sends, parts)`` is called once every partition has answered, with each
         partition's rows (offsets or error), by partition, and the partition of every row."""
         table, value_schema = self._typed(topic, table)
-        n = self._client.topic(topic).partitions
+        meta = self._client.topic(topic)
+        n = meta.partitions
         if isinstance(explicit, int):
             if explicit >= n:
                 raise InvalidRequest(f"topic {topic!r} has {n} partitions; partition {explicit} does not exist")
@@ -330,7 +349,8 @@ class Producer:
                     for run in runs:
                         parts[run] = p
             else:
-                parts = self._router.partition_rows(topic, keys, explicit, table.num_rows, n)
+                partitioner = self.partitioner or meta.config.partitioner
+                parts = self._router.partition_rows(topic, keys, explicit, table.num_rows, n, partitioner)
                 groups = rows_by_partition(parts)
         sends: list[PartitionRows] = []
         remaining = [len(groups)]

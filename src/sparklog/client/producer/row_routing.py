@@ -14,17 +14,19 @@ Rows = list[slice] | np.ndarray  # runs of contiguous rows, or row indices
 
 
 class RowRouter:
-    """Partitions rows: an explicit partition, else the key's hash, else sticky batches (unkeyed
-    rows go to one partition ``batch_records`` at a time, the next batch to the next partition)."""
+    """Partitions rows: an explicit partition, else the key's hash (the topic's partitioner,
+    :mod:`sparklog.client.partitioner`), else sticky batches (unkeyed rows go to one partition
+    ``batch_records`` at a time, the next batch to the next partition)."""
 
     def __init__(self, batch_records: int) -> None:
         self.batch_records = batch_records
         self._sticky = itertools.count()
 
     def partition_rows(
-        self, topic: str, keys: pa.Array | None, explicit: np.ndarray | None, rows: int, n: int
+        self, topic: str, keys: pa.Array | None, explicit: np.ndarray | None, rows: int, n: int, partitioner: str
     ) -> np.ndarray:
-        """The partition of every row of a table (``explicit``: a partition per row, -1 to choose)."""
+        """The partition of every row of a table (``explicit``: a partition per row, -1 to choose;
+        keys hashed with ``partitioner``)."""
         parts = np.full(rows, -1, dtype=np.int64) if explicit is None else explicit.copy()
         bad = parts >= n
         if bad.any():
@@ -32,7 +34,7 @@ class RowRouter:
         free = parts < 0
         if free.any():
             if keys is not None and keys.null_count < len(keys):
-                hashed = partitions_for_keys(keys, n)
+                hashed = partitions_for_keys(keys, n, partitioner)
                 keyed = free & ~np.asarray(keys.is_null().to_numpy(zero_copy_only=False))
                 parts[keyed] = hashed[keyed]
                 free &= ~keyed
