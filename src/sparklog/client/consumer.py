@@ -62,7 +62,8 @@ class Consumer:
     those columns, and ``value_format="avro"`` gives Avro single-object encoded bytes instead.
 
     ``session_timeout_s`` is the ZooKeeper session: a member that dies is noticed (and its
-    partitions reassigned) after about that long (ZooKeeper enforces at least 2 ticks, 4 s by default).
+    partitions reassigned) after about that long (ZooKeeper enforces at least 2 ticks, 4 s by default);
+    with bootstrap servers it is the member's session at the broker hosting it (heartbeats).
     A fetch that fails with a retriable error (leader moved, broker down) is retried for up to
     ``retry_timeout_s``.
 
