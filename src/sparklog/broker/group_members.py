@@ -110,9 +110,9 @@ class GroupMembers:
             member.last_seen = time.monotonic()
             closing = self._closing
         part = member.partitioner
+        if closing and not released:
+            return {"state": RELEASE, **self._timeouts()}  # the client stops reading first
         if closing or part.failed:
-            if closing and part.acquired and not released:
-                return {"state": RELEASE, **self._timeouts()}  # the client stops reading first
             self._finish(member_id)  # type: ignore[arg-type]
             return {"state": FAILED, **self._timeouts()}
         if released and part.release:
@@ -131,8 +131,11 @@ class GroupMembers:
         with self._lock:
             member = self._members.pop(member_id, None)
             self._wake.notify()
-        if member is None:
-            return
+        if member is not None:
+            self._end(member_id, member)
+
+    def _end(self, member_id: str, member: _Member) -> None:
+        """(A member no longer in ``_members``: its heartbeats get UNKNOWN_MEMBER_ID.)"""
         part = member.partitioner
         try:
             part.finish()  # its locks released, out of the party: its partitions move
@@ -153,16 +156,19 @@ class GroupMembers:
                     self._reaper = None
                     return
                 now = time.monotonic()
-                expired = [
-                    m for m, member in self._members.items() if now - member.last_seen > member.session_timeout_s
-                ]
+                expired = {  # out at once: a heartbeat from now on is answered UNKNOWN_MEMBER_ID
+                    m: self._members.pop(m)
+                    for m, member in list(self._members.items())
+                    if now - member.last_seen > member.session_timeout_s
+                }
                 if not expired:
                     due = min(member.last_seen + member.session_timeout_s for member in self._members.values())
                     self._wake.wait(max(due - now, 0.0) + 0.01)
                     continue
-            for member_id in expired:
+                self._wake.notify_all()
+            for member_id, member in expired.items():
                 log.info("member %s missed its heartbeats: finishing it", member_id)
-                self._finish(member_id)
+                self._end(member_id, member)
 
     def close(self) -> None:
         """Before the broker leaves ZooKeeper (which drops every lock it holds for clients): ask

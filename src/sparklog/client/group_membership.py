@@ -109,7 +109,7 @@ class BrokerGroupMembership:
         """The consumer reads none of its partitions any more: the broker may give them up."""
         with self._changed:
             if self._state == RELEASE:
-                self._set(ALLOCATING)
+                self._set(ALLOCATING, tell=False)
         self._wake()
 
     def wait_for_acquire(self, timeout: float = 30) -> None:
@@ -120,23 +120,18 @@ class BrokerGroupMembership:
         """Leave the group (its partitions go to the other members at once)."""
         self._stop.set()
         self._wake()
-        self._thread.join(self._lease_s + 1.0)  # its calls time out after a lease
         with self._changed:
-            self._set(FAILED)
-            member, self._member = self._member, None
-        if member is not None:
-            try:
-                self.view.leave_group(member[1], self.group, member[0], self._lease_s)
-            except SparklogError as exc:  # the broker finishes it after its session timeout
-                log.info("group %r: could not leave cleanly (%s)", self.group, exc)
+            self._set(FAILED, tell=False)
+        self._thread.join(2 * self._lease_s + 1.0)  # its calls time out after a lease; then it leaves
 
     # ----------------------------------------------------------------- the heartbeat thread
-    def _set(self, state: str) -> None:
-        """(Holding ``_changed``.)"""
+    def _set(self, state: str, tell: bool = True) -> None:
+        """(Holding ``_changed``.) ``tell``: call ``on_change`` (not for the consumer's own calls)."""
         if state != self._state:
             self._state = state
             self._changed.notify_all()
-            self.on_change()
+            if tell:
+                self.on_change()
 
     def _wake(self) -> None:
         """The next heartbeat goes now."""
@@ -148,6 +143,25 @@ class BrokerGroupMembership:
         return min(MAX_HEARTBEAT_INTERVAL_S, self.session_timeout_s / 3, self._lease_s / 3)
 
     def _run(self) -> None:
+        try:
+            self._beat()
+        except SparklogError as exc:
+            log.warning("group %r: membership failed: %s", self.group, exc)
+            self._fail(exc)
+        except Exception as exc:  # a bug must not leave the consumer waiting for partitions forever
+            log.exception("group %r: the heartbeat thread failed", self.group)
+            self._fail(SparklogError(f"group membership failed: {exc!r}"))
+        finally:
+            self._leave()
+
+    def _fail(self, error: SparklogError) -> None:
+        with self._changed:
+            self.error = error
+            self._set(FAILED)
+
+    def _beat(self) -> None:
+        """Join, heartbeat, join again, until ``finish()`` or an error that joining again cannot mend
+        (e.g. no Read on the group: ``error``, state ``failed``)."""
         backoff = REJOIN_BACKOFF_S[0]
         while not self._stop.is_set():
             try:
@@ -156,18 +170,26 @@ class BrokerGroupMembership:
                     backoff = REJOIN_BACKOFF_S[0]
                 self._heartbeat()
             except SparklogError as exc:
-                if exc.retriable:
+                if not exc.retriable:
+                    raise
+                if not self._stop.is_set():
                     log.info("group %r: %s; joining again in %.1f s", self.group, exc, backoff)
-                    self._stop.wait(backoff)
-                    backoff = min(backoff * 2, REJOIN_BACKOFF_S[1])
-                    continue
-                with self._changed:
-                    self.error = exc
-                    self._set(FAILED)
-                return
+                self._stop.wait(backoff)
+                backoff = min(backoff * 2, REJOIN_BACKOFF_S[1])
+                continue
             with self._changed:  # woken early by release_set() or finish()
                 self._changed.wait_for(lambda: self._prompt or self._stop.is_set(), self._interval())
                 self._prompt = False
+
+    def _leave(self) -> None:
+        with self._changed:
+            member, self._member = self._member, None
+        if member is None:
+            return
+        try:
+            self.view.leave_group(member[1], self.group, member[0], self._lease_s)
+        except SparklogError as exc:  # the broker finishes it after its session timeout
+            log.info("group %r: could not leave cleanly (%s)", self.group, exc)
 
     def _join(self) -> None:
         answer, location = self.view.join_group(self.group, self.topics, self.items, int(self.session_timeout_s * 1000))
