@@ -11,6 +11,7 @@ and a bootstrap consumer share one group; without Read on the group, joining is 
 
 from __future__ import annotations
 
+import signal
 import sys
 import time
 import uuid
@@ -277,9 +278,13 @@ def hosts_of_members(connect: str, group: str, topic: str) -> list[int]:
 
 
 @pytest.mark.slow
-def test_members_of_a_killed_broker_rejoin_through_another_and_no_partition_is_read_twice(
-    start_broker: Any, sparklog_connect: str
+@pytest.mark.parametrize("loss", ["kill -9", "SIGTERM", "frozen"])
+def test_members_of_a_lost_broker_rejoin_through_another_and_no_partition_is_read_twice(
+    start_broker: Any, sparklog_connect: str, loss: str
 ) -> None:
+    """The broker hosting both members is killed, stopped cleanly (it asks its members to release
+    before leaving ZooKeeper), or frozen (SIGSTOP: heartbeats time out while its ZooKeeper session
+    and locks live on until they expire; then it wakes up to a lost session)."""
     data_broker = start_broker(1)
     topic, group = f"gm-{uuid.uuid4().hex[:6]}", f"g-{uuid.uuid4().hex[:6]}"
     with Admin(bootstrap_servers=bootstrap_of(data_broker)) as admin:
@@ -294,21 +299,29 @@ def test_members_of_a_killed_broker_rejoin_through_another_and_no_partition_is_r
         reads: list[Read] = []
         read_until(consumers, reads, produced)
 
-        host.kill()
+        assert host.proc is not None
+        if loss == "kill -9":
+            host.kill()
+        else:
+            host.proc.send_signal(signal.SIGTERM if loss == "SIGTERM" else signal.SIGSTOP)
         produced.update(produce(sparklog_connect, topic, 300, 300))
         # they stop reading within a lease, rejoin through broker 1, and get the partitions once
-        # broker 2's ZooKeeper session (and its locks) ended
+        # broker 2's members released them, or its ZooKeeper session (and its locks) ended
         wait_for(
             lambda: poll_round(consumers, reads) or hosts_of_members(sparklog_connect, group, topic) == [1, 1],
-            60,
+            90,
             "both members to be hosted by broker 1",
             0.0,
         )
+        if loss == "frozen":
+            host.proc.send_signal(signal.SIGCONT)  # to a lost session: its partitioners fail
         read_until(consumers, reads, produced)
         wait_for(lambda: split(consumers, [3, 3]), 30, "the two members to split the partitions again", 0.1)
         produced.update(produce(sparklog_connect, topic, 600, 60))
         read_until(consumers, reads, produced)
         check_runs(reads, produced)
+        if loss == "SIGTERM":
+            assert host.proc.wait(30) == 0
     finally:
         for consumer in consumers.values():
             consumer.close()
