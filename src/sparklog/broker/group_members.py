@@ -29,6 +29,7 @@ from typing import Any
 
 from kazoo.client import KazooClient
 from kazoo.exceptions import KazooException
+from kazoo.protocol.states import KazooState
 from kazoo.recipe.partitioner import SetPartitioner
 
 from sparklog.errors import BrokerNotAvailable, InvalidRequest, UnknownMemberId
@@ -178,8 +179,8 @@ class GroupMembers:
         with self._lock:
             self._closing = True
             members = list(self._members)
-        if not members:
-            return
+        if not members or self.zk.state != KazooState.CONNECTED:
+            return  # cut off from ZooKeeper: its members answer release already, and kazoo calls would hang
         deadline = time.monotonic() + self.zookeeper_session_timeout_s / 3
         with self._lock:
             while self._members and time.monotonic() < deadline:
