@@ -376,7 +376,14 @@ def group_member_main(args: argparse.Namespace) -> int:
         out.write(json.dumps(obj) + "\n")
         out.flush()
 
-    consumer = Consumer(args.topic, group=args.group, zookeeper=args.zookeeper, auto_offset_reset="earliest")
+    consumer = Consumer(
+        args.topic,
+        group=args.group,
+        zookeeper=args.zookeeper,
+        auto_offset_reset="earliest",
+        session_timeout_s=args.session_timeout,
+        bootstrap_servers=args.bootstrap_servers,
+    )
     emit({"event": "joined", "pid": os.getpid(), "t": time.time()})
     last_assignment: list[int] | None = None
     while not stop:
@@ -411,7 +418,9 @@ def main(argv: list[str] | None = None) -> int:
     prod.add_argument("--go", required=True)
     prod.add_argument("--out", required=True)
     member = sub.add_parser("group-member")
-    member.add_argument("--zookeeper", required=True)
+    member.add_argument("--zookeeper", default="")
+    member.add_argument("--bootstrap-servers", default=None, help="instead of --zookeeper: brokers only")
+    member.add_argument("--session-timeout", type=float, default=10.0)
     member.add_argument("--topic", required=True)
     member.add_argument("--group", required=True)
     member.add_argument("--out", required=True)

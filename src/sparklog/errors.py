@@ -124,6 +124,13 @@ class UnknownGroup(SparklogError):
     code = "UNKNOWN_GROUP"
 
 
+class UnknownMemberId(SparklogError):
+    """The broker hosts no member of the group with that id (it missed heartbeats for its session
+    timeout and left, or the broker restarted): the consumer joins the group again."""
+
+    code = "UNKNOWN_MEMBER_ID"
+
+
 class InvalidRequest(SparklogError):
     """A malformed request (bad option, bad argument)."""
 

@@ -53,6 +53,19 @@
   ``register_schema`` ``{"topic", "schema"}`` -> ``{"version", "schema"}``; ``sink_state``
   ``{"op": "read"|"write"|"delete", "sink", "state"?, "version"?}`` -> ``{"state", "version"}``
   (the Spark sink's compare-and-set state, :mod:`sparklog.coordination.sink_state`).
+- **Group membership** (Kafka's JoinGroup/Heartbeat/LeaveGroup; the broker hosts the member in
+  ZooKeeper for the client: :mod:`sparklog.broker.group_members`): ``join_group`` ``{"group",
+  "topics", "partitions": ["<topic>:<partition>", ...], "session_timeout_ms"}`` -> ``{"member_id",
+  "zookeeper_session_timeout_ms"}``; ``group_heartbeat`` ``{"group", "member_id", "released"}`` ->
+  ``{"state": "allocating"|"acquired"|"release"|"failed", "partitions"?: [...] (when acquired),
+  "zookeeper_session_timeout_ms"}``, sent to the broker that answered the join; ``leave_group``
+  ``{"group", "member_id"}`` -> ``{}``. ``"released": true`` says the client reads none of its
+  partitions now: only then does the broker give them up after a ``release``. A member is
+  finished after ``session_timeout_ms`` without a heartbeat; a client stops reading when its last
+  ``acquired`` answer is older than a quarter of the broker's ZooKeeper session timeout (its
+  partitions' locks may be gone after a third of it, as the broker may not have noticed its
+  session's end yet) or half its own session timeout, whichever comes first
+  (:mod:`sparklog.client.group_membership`). An unknown member id is ``UNKNOWN_MEMBER_ID``.
 - **Security**: a listener may use TLS (``grpc+tls``) and SASL; a SASL client authenticates with
   Flight's ``Handshake`` call first (SCRAM-SHA-256 or PLAIN: :mod:`sparklog.security.scram`) and
   sends the session token it got with every later call.
@@ -90,6 +103,9 @@ DELETE_TOPIC = "delete_topic"
 ALTER_CONFIGS = "alter_configs"
 REGISTER_SCHEMA = "register_schema"
 SINK_STATE = "sink_state"
+JOIN_GROUP = "join_group"
+GROUP_HEARTBEAT = "group_heartbeat"
+LEAVE_GROUP = "leave_group"
 CLUSTER_ACTIONS = (
     METADATA,
     OFFSET_COMMIT,
@@ -100,6 +116,9 @@ CLUSTER_ACTIONS = (
     ALTER_CONFIGS,
     REGISTER_SCHEMA,
     SINK_STATE,
+    JOIN_GROUP,
+    GROUP_HEARTBEAT,
+    LEAVE_GROUP,
 )
 
 

@@ -27,6 +27,7 @@ from sparklog import wire
 from sparklog.broker.call_limits import DEFAULT_MAX_CALLS_PER_IP
 from sparklog.broker.cluster_requests import ClusterRequests
 from sparklog.broker.controller import Controller
+from sparklog.broker.group_members import GroupMembers
 from sparklog.broker.listeners import open_listeners
 from sparklog.broker.log_manager import DEFAULT_PRODUCER_ID_EXPIRATION_MS, LogManager
 from sparklog.broker.partition import Partition
@@ -112,6 +113,7 @@ class Broker:
         self._acls: AclCache | None = None  # with authorizer.enabled: every ACL, kept current by watches
         self._quotas: QuotaCache | None = None  # with authorizer.enabled: client quotas, likewise
         self.cluster_requests: ClusterRequests | None = None  # clients' metadata, offsets and admin
+        self.group_members: GroupMembers | None = None  # consumer group members hosted for clients
         self.controller: Controller | None = None
         self.zk_connected = False
         self._clients: dict[str, flight.FlightClient] = {}
@@ -130,8 +132,16 @@ class Broker:
         self.registry = SchemaRegistry.from_cluster(self.cluster)
         self.zk_connected = True
         self.cluster.zk.add_listener(self._on_zk_state)
+        self.group_members = GroupMembers(
+            self.cluster.zk, self.cluster.layout.group_partitioner, self.session_timeout_s
+        )
         self.cluster_requests = ClusterRequests(
-            self.cluster, self.registry, lambda: self.live_brokers, self.topic_metadata, self.schemas_of
+            self.cluster,
+            self.registry,
+            lambda: self.live_brokers,
+            self.topic_metadata,
+            self.schemas_of,
+            self.group_members,
         )
         guard = ReplicaGuard(self._registered_principal, self.security.broker_principal)
         authorizer, throttle = None, None
@@ -227,6 +237,8 @@ class Broker:
         if self.controller is not None:
             self.controller.stop()
         self._hand_over_leadership()
+        if self.group_members is not None:
+            self.group_members.close()  # members release before the session (and their locks) ends
         servers, self.servers, self.server = self.servers, [], None
         for server in servers:
             server.begin_shutdown()

@@ -24,6 +24,7 @@ from kazoo.handlers.threading import KazooTimeoutError
 
 from sparklog import wire
 from sparklog.broker.call_permissions import CLUSTER, GROUP, TOPIC, TRANSACTIONAL_ID, UNRESTRICTED, CallPermissions
+from sparklog.broker.group_members import GroupMembers
 from sparklog.coordination.cluster import NUM_PARTITIONS_MAX, BrokerInfo, ClusterMetadata, TopicMetadata
 from sparklog.coordination.sink_state import SinkStates
 from sparklog.errors import AuthorizationFailed, CoordinatorNotAvailable, InvalidRequest, SparklogError
@@ -36,6 +37,7 @@ MAX_TOPICS = NUM_PARTITIONS_MAX  # names in one metadata request
 MAX_OFFSETS = 100_000  # partitions in one offset commit
 MAX_CONFIGS = 100  # settings in one create or alter
 MAX_SCHEMA_CHARS = 1 << 20
+MAX_MEMBER_PARTITIONS = 100_000  # partitions a group member shares with the others
 
 Answer = Callable[[dict[str, Any], CallPermissions], dict[str, Any]]
 
@@ -116,7 +118,7 @@ def _broker_entry(info: BrokerInfo) -> dict[str, Any]:
 class ClusterRequests:
     """Answers the cluster actions; what it needs of the broker is given, nothing more: its
     ZooKeeper access (``cluster``, ``registry``), its watched view of the live brokers and of
-    topics, and each topic's value schema versions."""
+    topics, each topic's value schema versions, and the group members it hosts for clients."""
 
     def __init__(
         self,
@@ -125,12 +127,14 @@ class ClusterRequests:
         live_brokers: Callable[[], Mapping[int, BrokerInfo]],
         topic_metadata: Callable[[str], TopicMetadata],
         value_schemas: Callable[[str], Sequence[ValueSchema]],
+        members: GroupMembers,
     ) -> None:
         self.cluster = cluster
         self.registry = registry
         self.live_brokers = live_brokers
         self.topic_metadata = topic_metadata
         self.value_schemas = value_schemas
+        self.members = members
         self.sinks = SinkStates(cluster.zk, cluster.layout)
         self.actions: dict[str, Answer] = {
             wire.METADATA: self.metadata,
@@ -142,6 +146,9 @@ class ClusterRequests:
             wire.ALTER_CONFIGS: self.alter_configs,
             wire.REGISTER_SCHEMA: self.register_schema,
             wire.SINK_STATE: self.sink_state,
+            wire.JOIN_GROUP: self.join_group,
+            wire.GROUP_HEARTBEAT: self.group_heartbeat,
+            wire.LEAVE_GROUP: self.leave_group,
         }
 
     def answer(self, action: str, request: dict[str, Any], may: CallPermissions = UNRESTRICTED) -> dict[str, Any]:
@@ -222,6 +229,44 @@ class ClusterRequests:
 
     def list_groups(self, _request: dict[str, Any], may: CallPermissions) -> dict[str, Any]:
         return {"groups": [g for g in self.cluster.groups() if may.allowed(Operation.DESCRIBE, GROUP, g)]}
+
+    # ----------------------------------------------------------------- group membership
+    def join_group(self, request: dict[str, Any], may: CallPermissions) -> dict[str, Any]:
+        """Kafka's JoinGroup: Read on the group and on every topic; the partitions are
+        ``"<topic>:<partition>"`` of those topics, each existing."""
+        group = check_group_id(request.get("group"))
+        may.check(Operation.READ, GROUP, group)
+        topics = request.get("topics")
+        if not isinstance(topics, list) or not 0 < len(topics) <= MAX_TOPICS:
+            raise InvalidRequest(f"'topics' must be a list of 1 to {MAX_TOPICS} topic names")
+        counts: dict[str, int] = {}
+        for name in topics:
+            may.check(Operation.READ, TOPIC, check_topic_name(name))
+            counts[name] = self.topic_metadata(name).partitions  # UnknownTopic
+        items = request.get("partitions")
+        if not isinstance(items, list) or not 0 < len(items) <= MAX_MEMBER_PARTITIONS:
+            raise InvalidRequest(f"'partitions' must be a list of 1 to {MAX_MEMBER_PARTITIONS} '<topic>:<partition>'")
+        checked: set[str] = set()
+        for item in items:
+            topic, _, p = item.rpartition(":") if isinstance(item, str) else ("", "", "")
+            if topic not in counts:
+                raise InvalidRequest(f"partition {item!r:.100} is not '<topic>:<partition>' of one of 'topics'")
+            partition = _partition(p)
+            if partition >= counts[topic]:
+                raise InvalidRequest(f"topic {topic!r} has no partition {partition} (it has {counts[topic]})")
+            checked.add(f"{topic}:{partition}")
+        return self.members.join(group, sorted(counts), sorted(checked), _int(request, "session_timeout_ms"))
+
+    def group_heartbeat(self, request: dict[str, Any], may: CallPermissions) -> dict[str, Any]:
+        group = check_group_id(request.get("group"))
+        may.check(Operation.READ, GROUP, group)
+        return self.members.heartbeat(group, request.get("member_id"), _bool(request, "released"))
+
+    def leave_group(self, request: dict[str, Any], may: CallPermissions) -> dict[str, Any]:
+        group = check_group_id(request.get("group"))
+        may.check(Operation.READ, GROUP, group)
+        self.members.leave(group, request.get("member_id"))
+        return {}
 
     # ----------------------------------------------------------------- topic administration
     def create_topic(self, request: dict[str, Any], may: CallPermissions) -> dict[str, Any]:

@@ -113,6 +113,18 @@ class BrokerView:
         """Ask one broker: each candidate in turn; an unreachable one, or a retriable refusal
         (ZooKeeper out of the broker's reach, too many calls), moves on to the next; after a round
         with no answer, wait (with backoff) and go round again until ``retry_timeout_s``."""
+        return self._call(action, body, timeout_s)[0]
+
+    def call_at(self, location: str, action: str, body: dict[str, Any], timeout_s: float) -> dict[str, Any]:
+        """Ask that broker once (a group member's heartbeats go to the broker hosting it)."""
+        try:
+            return self._ask(location, action, body, timeout_s)
+        except BrokerNotAvailable:
+            self._drop(location)
+            raise
+
+    def _call(self, action: str, body: dict[str, Any], timeout_s: float) -> tuple[dict[str, Any], str]:
+        """:meth:`call`'s answer, and the broker that gave it."""
         deadline = time.monotonic() + self.retry_timeout_s
         backoff = 0.05
         while True:
@@ -128,7 +140,7 @@ class BrokerView:
                         self._drop(location)
                     continue
                 self._last_good = location
-                return answer
+                return answer, location
             if time.monotonic() + backoff > deadline:
                 assert error is not None
                 if isinstance(error, BrokerNotAvailable):
@@ -243,6 +255,24 @@ class BrokerView:
 
     def groups(self) -> list[str]:
         return [str(g) for g in self.call(wire.LIST_GROUPS, {})["groups"]]
+
+    def join_group(
+        self, group: str, topics: list[str], partitions: list[str], session_timeout_ms: int
+    ) -> tuple[dict[str, Any], str]:
+        """A new member of ``group`` hosted by some broker (:mod:`sparklog.broker.group_members`):
+        the answer (``member_id``, ``zookeeper_session_timeout_ms``) and that broker's location."""
+        body = {"group": group, "topics": topics, "partitions": partitions, "session_timeout_ms": session_timeout_ms}
+        return self._call(wire.JOIN_GROUP, body, CALL_TIMEOUT_S)
+
+    def group_heartbeat(
+        self, location: str, group: str, member_id: str, released: bool, timeout_s: float
+    ) -> dict[str, Any]:
+        """The member's state, from the broker hosting it (UnknownMemberId if it does not)."""
+        body = {"group": group, "member_id": member_id, "released": released}
+        return self.call_at(location, wire.GROUP_HEARTBEAT, body, timeout_s)
+
+    def leave_group(self, location: str, group: str, member_id: str, timeout_s: float) -> None:
+        self.call_at(location, wire.LEAVE_GROUP, {"group": group, "member_id": member_id}, timeout_s)
 
     # ------------------------------------------------------------------ administration
     def _forget(self, name: str) -> None:

@@ -6,10 +6,10 @@ exactly one member; a member that dies loses its ephemeral node and its partitio
 positions start from the offsets committed in ZooKeeper. Commits are explicit (``commit()``).
 
 Given ``bootstrap_servers`` a consumer talks to brokers only: committed offsets are read and
-written through them (the same znodes), but there is no group membership yet (it needs ZooKeeper's
-ephemeral nodes, or a broker-side group coordinator that does not exist yet): such a group consumer
-reads every partition of its topics (or the ``partitions`` given), like Kafka's ``assign()`` with
-a group id for offsets. Run one per group, or give each member its own ``partitions``.
+written through them (the same znodes), and a group consumer's membership is hosted by a broker
+(:mod:`sparklog.client.group_membership`, :mod:`sparklog.broker.group_members`): the same
+``SetPartitioner`` party and locks in ZooKeeper, run by the broker on its session and driven by
+the consumer's heartbeats, so members of one group share its partitions however each connects.
 """
 
 from __future__ import annotations
@@ -25,9 +25,11 @@ import pyarrow.compute as pc
 from kazoo.recipe.partitioner import SetPartitioner
 
 from sparklog import fetch_columns
+from sparklog.client.broker_view import BrokerView
 from sparklog.client.cluster_address import resolve
 from sparklog.client.cluster_client import DEFAULT_ZOOKEEPER, ClusterClient, fetch_connection
 from sparklog.client.fetch_session import FetchSession, Results
+from sparklog.client.group_membership import BrokerGroupMembership
 from sparklog.errors import BrokerNotAvailable, InvalidRequest, OffsetOutOfRange, SparklogError
 from sparklog.multi_fetch import MultiFetchRequest
 from sparklog.schemas.codec import encode_avro
@@ -60,7 +62,8 @@ class Consumer:
     those columns, and ``value_format="avro"`` gives Avro single-object encoded bytes instead.
 
     ``session_timeout_s`` is the ZooKeeper session: a member that dies is noticed (and its
-    partitions reassigned) after about that long (ZooKeeper enforces at least 2 ticks, 4 s by default).
+    partitions reassigned) after about that long (ZooKeeper enforces at least 2 ticks, 4 s by default);
+    with bootstrap servers it is the member's session at the broker hosting it (heartbeats).
     A fetch that fails with a retriable error (leader moved, broker down) is retried for up to
     ``retry_timeout_s``.
 
@@ -121,32 +124,33 @@ class Consumer:
         self._refused: dict[TopicPartition, tuple[float, int, float]] = {}  # (first, count, last) refusals
         self._results: Results = queue.SimpleQueue()
         self._failed: BaseException | None = None  # a fetch's error, raised by the next poll
-        self._partitioner: SetPartitioner | None = None
+        self._partitioner: SetPartitioner | BrokerGroupMembership | None = None
         all_partitions = [
             (t, p)
             for t in self.topics
             for p in range(self._client.topic(t).partitions)
             if partitions is None or p in set(partitions)
         ]
-        if group is None or address.bootstrap_servers:
-            self._assign(all_partitions)  # with bootstrap servers: no membership (module docs)
-        else:
-            path = f"{self._client.cluster.layout.group(group)}/partitioner/{'+'.join(sorted(self.topics))}"
-            self._partitioner = SetPartitioner(
-                self._client.cluster.zk,
-                path,
-                [f"{t}:{p}" for t, p in all_partitions],
-                time_boundary=0.5,
+        items = [f"{t}:{p}" for t, p in all_partitions]
+        view = self._client.view
+        if group is None:
+            self._assign(all_partitions)
+            return
+        if isinstance(view, BrokerView):
+            self._partitioner = BrokerGroupMembership(
+                view, group, self.topics, items, session_timeout_s, on_change=self.wakeup
             )
-            self._follow_group(wait=True)
+        else:
+            path = self._client.cluster.layout.group_partitioner(group, self.topics)
+            self._partitioner = SetPartitioner(self._client.cluster.zk, path, items, time_boundary=0.5)
+        self._follow_group(wait=True)
 
     # ----------------------------------------------------------------- assignment
     def _follow_group(self, wait: bool = False) -> None:
         part = self._partitioner
         if part is None:
             return
-        if part.failed:
-            raise InvalidRequest(f"lost membership of group {self.group!r}")
+        self._check_membership(part)
         if part.release:
             self._assigned, self._positions = [], {}
             self._close_sessions()
@@ -156,12 +160,19 @@ class Consumer:
                 part.wait_for_acquire(timeout=0.5)
             elif wait:
                 part.wait_for_acquire(timeout=30)
+            self._check_membership(part)
         if part.acquired and not self._assigned:
             owned = []
             for item in part:
                 topic, p = str(item).rsplit(":", 1)
                 owned.append((topic, int(p)))
             self._assign(owned)
+
+    def _check_membership(self, part: SetPartitioner | BrokerGroupMembership) -> None:
+        if part.failed:
+            if isinstance(part, BrokerGroupMembership) and part.error is not None:
+                raise part.error  # e.g. AuthorizationFailed: no Read on the group
+            raise InvalidRequest(f"lost membership of group {self.group!r}")
 
     def _assign(self, partitions: list[TopicPartition]) -> None:
         self._assigned = sorted(partitions)
@@ -264,8 +275,19 @@ class Consumer:
         The assigned partitions always have fetches open at their leaders (streams the brokers
         keep sending new records on), read ahead on their own threads by up to ``max_bytes``, so
         new records are returned as soon as any partition has them.
+
+        In a group, what was read while the partitions were being taken away (a rebalance, a
+        lost lease) is dropped: the next owner reads it from the committed offsets.
         """
         self._follow_group()
+        part = self._partitioner
+        out = self._poll_batches(timeout)
+        if out and part is not None and not part.acquired:
+            self._follow_group()  # positions start again from the committed offsets
+            return []
+        return out
+
+    def _poll_batches(self, timeout: float) -> list[pa.RecordBatch]:
         if self._failed is not None:
             failed, self._failed = self._failed, None
             raise failed

@@ -26,6 +26,8 @@ group name checks the name first (:mod:`sparklog.names`), so no name can walk Zo
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from sparklog.errors import InvalidRequest
 from sparklog.names import check_group_id, check_topic_name, check_user_name
 
@@ -98,6 +100,12 @@ class ZkLayout:
 
     def group(self, group: str) -> str:
         return f"{self.consumers}/{check_group_id(group)}"
+
+    def group_partitioner(self, group: str, topics: Iterable[str]) -> str:
+        """Where the members of a group reading ``topics`` share their partitions (kazoo's
+        ``SetPartitioner``: ``party`` and ``locks`` below it), whether they are ZooKeeper-native
+        consumers or members a broker hosts for its clients."""
+        return f"{self.group(group)}/partitioner/{'+'.join(sorted(topics))}"
 
     def group_offsets(self, group: str) -> str:
         return f"{self.group(group)}/offsets"
