@@ -147,16 +147,20 @@ def test_an_open_fetch_stream_ends_when_its_read_acl_goes(secure: SecureSetup, b
                 n += 1
                 time.sleep(0.01)
 
-    producing = threading.Thread(target=keep_producing, daemon=True)
-    producing.start()
-    try:
-        with Consumer(
+    def alices_consumer() -> Consumer:
+        return Consumer(
             TOPIC,
             bootstrap_servers=secure.bootstrap,
             auto_offset_reset="earliest",
             config=secure.client("alice"),
             max_wait_ms=30_000,  # an idle stream would stay open this long: only the ACL check ends it
-        ) as consumer:
+        )
+
+    producing = threading.Thread(target=keep_producing, daemon=True)
+    producing.start()
+    try:
+        # the broker learns the new ACL through a ZooKeeper watch: retried until it has
+        with wait_for(lambda: _succeeds(alices_consumer), 15, "Read to be allowed") as consumer:
             wait_for(lambda: consumer.poll_batches(timeout=0.5), 30, "records through alice's open fetch")
             remove(secure, "topic", TOPIC, "Read")
             deadline = time.monotonic() + 20
