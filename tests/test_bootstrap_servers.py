@@ -175,7 +175,7 @@ def test_bad_cluster_actions_get_clear_errors_and_the_broker_keeps_serving(start
         (wire.DELETE_TOPIC, b'{"name": "no-such-topic"}', UnknownTopic, "unknown topic"),
         (wire.ALTER_CONFIGS, b'{"name": "t"}', InvalidRequest, "'configs'"),
         (wire.REGISTER_SCHEMA, b'{"topic": "no-such-topic", "schema": "{}"}', UnknownTopic, "unknown topic"),
-        (wire.SINK_STATE, b'{"op": "read", "sink": "../../brokers"}', InvalidRequest, "invalid sink id"),
+        (wire.SINK_STATE, b'{"op": "read", "sink": "../../brokers"}', InvalidRequest, "invalid transactional id"),
         (wire.SINK_STATE, b'{"op": "burn", "sink": "s"}', InvalidRequest, "'op'"),
         (wire.SINK_STATE, b'{"op": "write", "sink": "s", "state": 3}', InvalidRequest, "'state'"),
     ]
