@@ -11,13 +11,14 @@ import pytest
 from deltalake import DeltaTable
 
 from log_helpers import Clock, config, settled
-from sparklog.broker.lake.delta_table import DeltaTableWriter, app_id
+from sparklog.broker.lake.delta_table import DeltaTableWriter, app_id, table_uri
 from sparklog.broker.lake.rows import lake_rows
 from sparklog.broker.lake.source import READ_ALL
 from sparklog.broker.lake.tierer import Tierer
 from sparklog.broker.log import PartitionLog
 from sparklog.config import TopicConfig
 from sparklog.errors import InvalidConfig, LakeConflict
+from sparklog.local_cluster import LocalCluster, broker_command
 
 TOPIC = "events"
 
@@ -264,3 +265,14 @@ def test_partitions_share_the_table_with_their_own_transactions(tmp_path: Path) 
         assert table.transaction_version(app_id(TOPIC, p)) == closed
         log.close()
     assert table.metadata().partition_columns == ["partition"]
+
+
+# ---------------------------------------------------------------------------------------- where the lake is
+def test_local_clusters_put_the_lake_under_their_data_dir(tmp_path: Path) -> None:
+    cluster = LocalCluster(tmp_path, brokers=2, zookeeper="127.0.0.1:1")
+    assert cluster.lake_dir == tmp_path / "lake"
+    broker = cluster.brokers[2]
+    command = broker_command(2, broker.port, broker.data_dir, cluster.zookeeper, cluster.lake_dir)
+    assert command[-2:] == ["--lake-dir", str(tmp_path / "lake")]
+    assert LocalCluster(tmp_path, zookeeper="127.0.0.1:1", lake_dir="s3://bucket/lake").lake_dir == "s3://bucket/lake"
+    assert table_uri("s3://bucket/lake/", TOPIC) == f"s3://bucket/lake/{TOPIC}"
