@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -213,4 +214,20 @@ def test_local_retention_deletes_only_tiered_segments(
     assert (partition["log_start_offset"], partition["lake_offset"]) == (30, 30)
     assert segment_bases(broker.data_dir, "kept", 0) == [0, 10, 20, 30]
     assert_rows_exactly(lake, "local", 0, 3 * PER_BATCH)
+    broker.stop()
+
+
+def test_lake_enabled_on_an_existing_topic_tiers_it_from_the_log_start(
+    sparklog_connect: str, child_processes: ProcessGroup, tmp_path: Path
+) -> None:
+    lake = tmp_path / "lake"
+    broker = lake_broker(sparklog_connect, tmp_path, child_processes, lake).start()
+    with Admin(sparklog_connect) as admin:
+        admin.create_topic("later", 1, 1, {"segment.bytes": "1024"})
+        produce_batches(sparklog_connect, "later", 0, 3)
+        time.sleep(1.5)  # a tiering pass or more: nothing, the topic is not lake-enabled
+        assert not (lake / "later").exists()
+        admin.alter_topic("later", {"lake.enabled": "true"})  # the running broker's open log takes it
+    wait_tiered(lake, "later", 0, 2 * PER_BATCH)
+    assert_rows_exactly(lake, "later", 0, 2 * PER_BATCH)
     broker.stop()

@@ -412,9 +412,10 @@ class Broker:
         with self._topic_lock:  # the watch thread and the maintenance loop may both get here
             self.topics[name] = meta
             config = meta.config
-            for key, partition in list(self.partitions.items()):
-                if key[0] == name and partition.log.config != config:
-                    partition.log.config = config  # altered: retention, lake.enabled... apply now
+            for p in range(meta.partitions):
+                held = self.partitions.get((name, p))
+                if held is not None and held.log.config != config:
+                    held.log.config = config  # altered: retention, lake.enabled... apply now
             fresh: list[int] = []
             for p, replicas in enumerate(meta.replicas):
                 key = (name, p)
