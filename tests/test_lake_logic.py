@@ -276,3 +276,12 @@ def test_local_clusters_put_the_lake_under_their_data_dir(tmp_path: Path) -> Non
     assert command[-2:] == ["--lake-dir", str(tmp_path / "lake")]
     assert LocalCluster(tmp_path, zookeeper="127.0.0.1:1", lake_dir="s3://bucket/lake").lake_dir == "s3://bucket/lake"
     assert table_uri("s3://bucket/lake/", TOPIC) == f"s3://bucket/lake/{TOPIC}"
+
+
+def test_lake_rows_of_whole_batches_share_their_buffers() -> None:
+    values = pa.array([b"a", b"b", b"c"])
+    batch = pa.record_batch({"offset": pa.array([3, 4, 5], pa.int64()), "value": values})
+    rows = lake_rows(0, [batch], 3, 6)
+    assert rows["offset"].to_pylist() == [3, 4, 5]
+    assert rows["value"].chunk(0).buffers()[2].address == values.buffers()[2].address  # not copied
+    assert lake_rows(0, [batch], 0, 3).num_rows == 0

@@ -25,6 +25,8 @@ def lake_rows(partition: int, batches: Sequence[pa.RecordBatch], start: int, end
         raise ValueError("lake_rows needs at least one batch")
     table = pa.Table.from_batches(plain)
     offsets = table.column("offset")
-    table = table.filter(pc.and_(pc.greater_equal(offsets, start), pc.less(offsets, end)))
+    bounds = pc.min_max(offsets)
+    if bounds["min"].as_py() < start or bounds["max"].as_py() >= end:  # else: all of it, zero-copy
+        table = table.filter(pc.and_(pc.greater_equal(offsets, start), pc.less(offsets, end)))
     column = pa.array(np.full(table.num_rows, partition, dtype=np.int32))
     return table.add_column(0, pa.field(PARTITION_COLUMN, pa.int32(), nullable=False), column)
