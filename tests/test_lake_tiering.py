@@ -130,6 +130,12 @@ def test_tiering_writes_exact_rows_offsets_and_describe_shows_lag(
     header, *rows = cli.stdout.splitlines()[1:]
     assert header.split()[-2:] == ["LAKE-OFFSET", "LAKE-LAG"]
     assert [row.split()[-2:] for row in rows] == [["30", "10"], ["40", "10"]]
+    with Admin(sparklog_connect) as admin:  # deleting the topic removes its lake offsets, not its table
+        admin.delete_topic("lake")
+        assert "lake" not in admin.list_topics()
+    with ClusterMetadata(sparklog_connect) as meta:
+        assert not meta.zk.exists(meta.layout.topic("lake"))
+    assert_rows_exactly(lake, "lake", 0, 30)
     broker.stop()
 
 
