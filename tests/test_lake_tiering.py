@@ -280,3 +280,29 @@ def test_a_typed_topic_is_tiered_as_a_struct_that_follows_schema_evolution(
         click(i, country="NO") for i in range(5, 8)
     ]
     broker.stop()
+
+
+@pytest.mark.slow
+def test_followers_delete_tiered_segments_too(
+    sparklog_connect: str, child_processes: ProcessGroup, tmp_path: Path
+) -> None:
+    lake = tmp_path / "lake"
+    cluster = Cluster(
+        sparklog_connect, tmp_path, child_processes, brokers=2, broker_args=lambda _i, _port: ("--lake-dir", str(lake))
+    ).start()
+    try:
+        with Admin(sparklog_connect) as admin:
+            admin.create_topic("both", 1, 2, {**LAKE_TOPIC, "local.retention.bytes": "0", "retention.ms": "-1"})
+        cluster.wait_full_isr("both")
+        produce_batches(sparklog_connect, "both", 0, 4)
+        wait_tiered(lake, "both", 0, 3 * PER_BATCH)
+        for broker in cluster.brokers.values():  # the follower learns the lake offset from ZooKeeper
+            wait_for(
+                lambda b=broker: segment_bases(b.data_dir, "both", 0) == [30],
+                45,
+                f"broker {broker.broker_id}'s tiered segments deleted",
+                interval=0.5,
+            )
+        assert_rows_exactly(lake, "both", 0, 3 * PER_BATCH)
+    finally:
+        cluster.close()
