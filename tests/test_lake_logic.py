@@ -196,7 +196,7 @@ def test_tierer_tiers_closed_committed_segments_exactly(tmp_path: Path) -> None:
     assert table["key"].to_pylist() == stored["key"].to_pylist()
     assert table["value"].to_pylist() == stored["value"].to_pylist()
     assert table["headers"].to_pylist() == stored["headers"].to_pylist()
-    ms = [t.timestamp() * 1000 for t in table["timestamp"].to_pylist()]
+    ms = table["timestamp"].cast(pa.timestamp("ms", tz="UTC")).cast(pa.int64()).to_pylist()
     assert ms == stored["timestamp"].cast(pa.int64()).to_pylist()
     log.close()
 
@@ -248,6 +248,34 @@ def test_a_deposed_leader_cannot_append_twice(tmp_path: Path) -> None:
     writer = DeltaTableWriter(str(lake))
     with pytest.raises(LakeConflict):
         writer.append(TOPIC, 0, lake_rows(0, log.read(0), 0, 1), None, 1)
+    log.close()
+
+
+class CountingWriter(DeltaTableWriter):
+    """The real writer, counting how often it reads a table's transaction version."""
+
+    def __init__(self, lake_dir: str) -> None:
+        super().__init__(lake_dir)
+        self.reads = 0
+
+    def tiered_version(self, topic: str, partition: int) -> int | None:
+        self.reads += 1
+        return super().tiered_version(topic, partition)
+
+
+def test_an_idle_partition_reads_no_table_when_leadership_changes(tmp_path: Path) -> None:
+    log = filled_log(tmp_path / "log")
+    source, offsets = LogSource(log), FakeOffsets()
+    writer = CountingWriter(str(tmp_path / "lake"))
+    tierer = Tierer(writer, offsets)
+    while tierer.run_once([source]):
+        pass
+    assert writer.reads == 1  # once, before the first commit of the leadership
+    for epoch in range(1, 4):  # new leaderships over a partition with nothing new to tier
+        source.epoch = epoch
+        assert tierer.run_once([source]) == 0
+    assert writer.reads == 1
+    assert log.tiered_offset == offsets.stored[(TOPIC, 0)] == log.segments[-1].base_offset
     log.close()
 
 

@@ -9,11 +9,13 @@ commits:
    leader last saw it);
 2. ZooKeeper's lake offset (``topics/<t>/partitions/<p>/lake``) set to the same offset.
 
-When it starts leading (a start, a restart, a leadership change) the tierer takes the table's
-transaction version as the truth and writes it to ZooKeeper if that lags (a crash between 1 and
-2): a crash at any point neither loses nor repeats a row. A follower only learns the lake offset
-from ZooKeeper (now and then, while it has closed segments beyond what it knows is tiered), for
-its local retention.
+When it starts leading (a start, a restart, a leadership change) the tierer reads ZooKeeper's
+lake offset, which never runs ahead of the table; once the partition has closed segments beyond
+it, and before its first commit, it takes the table's transaction version as the truth and writes
+it to ZooKeeper if that lags (a crash between 1 and 2): a crash at any point neither loses nor
+repeats a row, and an idle partition costs one ZooKeeper read per leadership, no table read. A
+follower only learns the lake offset from ZooKeeper (now and then, while it has closed segments
+beyond what it knows is tiered), for its local retention.
 
 ``SPARKLOG_TEST_LAKE_CRASH`` (tests only): ``before-delta``, ``after-delta`` or ``after-zookeeper``
 makes the broker kill itself (SIGKILL) at that point of its first tiering commit.
@@ -66,6 +68,7 @@ class _Led:
 
     epoch: int
     version: int | None  # the table's transaction version (None: nothing of it in the table yet)
+    synced: bool  # ``version`` read from the table (else ZooKeeper's, which may lag the table)
 
     @property
     def next_offset(self) -> int:
@@ -117,9 +120,16 @@ class Tierer:
         return commits
 
     def _start_leading(self, source: TieringSource, epoch: int) -> _Led:
+        """A new leadership: ZooKeeper's lake offset, a lower bound of the table's."""
+        stored = self.offsets.get(source.topic, source.partition)
+        led = self._led[(source.topic, source.partition)] = _Led(epoch, stored, synced=False)
+        source.set_tiered(led.next_offset)
+        return led
+
+    def _sync(self, source: TieringSource, led: _Led) -> None:
         """Where the table stands for this partition (the truth), written to ZooKeeper if it lags."""
         version = self.writer.tiered_version(source.topic, source.partition)
-        stored = self.offsets.get(source.topic, source.partition)
+        stored = led.version
         if version is not None and stored != version:
             log.info(
                 "%s-%s: the Delta table is at offset %s, ZooKeeper at %s: ZooKeeper corrected",
@@ -129,9 +139,8 @@ class Tierer:
                 stored,
             )
             self.offsets.set(source.topic, source.partition, version)
-        led = self._led[(source.topic, source.partition)] = _Led(epoch, version)
+        led.version, led.synced = version, True
         source.set_tiered(led.next_offset)
-        return led
 
     def _tier(self, source: TieringSource, epoch: int) -> bool:
         """Tier the next closed segment's committed records, if any; True if it committed."""
@@ -141,6 +150,10 @@ class Tierer:
         end = source.tierable_end()
         if end <= led.next_offset:
             return False
+        if not led.synced:
+            self._sync(source, led)
+            if end <= led.next_offset:
+                return False
         start = max(led.next_offset, source.log_start())
         if start >= end:
             return False  # retention deleted all of it before it was tiered (warned once there is more)
