@@ -14,6 +14,7 @@ import sys
 import time
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
 
@@ -30,6 +31,9 @@ from sparklog.errors import InvalidConfig
 PER_BATCH = 10
 LAKE_TOPIC = {"lake.enabled": "true", "segment.bytes": "1024"}
 TIERING_TIMEOUT_S = 60.0
+# record timestamps: recent, or retention.ms (7 days by default) deletes the segments before they
+# are tiered (as it should: retention bounds the local log whether tiered or not)
+BASE_MS = int(time.time() * 1000) - 60_000
 
 
 def value(p: int, offset: int) -> bytes:
@@ -48,7 +52,7 @@ def produce_batches(connect: str, topic: str, p: int, batches: int, first: int =
                 {
                     "key": [b"k%d" % o for o in offsets],
                     "value": [value(p, o) for o in offsets],
-                    "timestamp": [1_700_000_000_000 + o for o in offsets],
+                    "timestamp": [BASE_MS + o for o in offsets],
                     "headers": [[{"key": "o", "value": b"%d" % o}] for o in offsets],
                 },
                 partition=p,
@@ -80,9 +84,8 @@ def assert_rows_exactly(lake: Path, topic: str, p: int, end: int) -> None:
     assert rows["partition"].to_pylist() == [p] * end
     assert rows["value"].to_pylist() == [value(p, o) for o in range(end)]
     assert rows["key"].to_pylist() == [b"k%d" % o for o in range(end)]
-    assert [int(t.timestamp() * 1000) for t in rows["timestamp"].to_pylist()] == [
-        1_700_000_000_000 + o for o in range(end)
-    ]
+    millis = rows["timestamp"].cast(pa.timestamp("ms", tz="UTC")).cast(pa.int64())
+    assert millis.to_pylist() == [BASE_MS + o for o in range(end)]
     assert rows["headers"].to_pylist() == [[{"key": "o", "value": b"%d" % o}] for o in range(end)]
 
 
