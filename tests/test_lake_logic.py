@@ -1,6 +1,7 @@
-"""Lake tiering without brokers: the topic configs, local retention of a partition log, and the
+"""Lake tiering without brokers: the topic configs, local retention of a partition log, the
 tierer's exactly-once logic over a real log and a real Delta table (ZooKeeper and the partition's
-role faked), including a "crash" between the Delta commit and ZooKeeper's update."""
+role faked), including a "crash" between the Delta commit and ZooKeeper's update, and the lake
+offsets in a real ZooKeeper."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
+from kazoo.exceptions import NoNodeError
 
 from log_helpers import Clock, config, settled
 from sparklog.broker.lake.delta_table import DeltaTableWriter, app_id, table_uri
@@ -17,6 +19,9 @@ from sparklog.broker.lake.source import READ_ALL
 from sparklog.broker.lake.tierer import Tierer
 from sparklog.broker.log import PartitionLog
 from sparklog.config import TopicConfig
+from sparklog.coordination.cluster import ClusterMetadata
+from sparklog.coordination.lake_offsets import LakeOffsets
+from sparklog.coordination.ports import free_port
 from sparklog.errors import InvalidConfig, LakeConflict
 from sparklog.local_cluster import LocalCluster, broker_command
 
@@ -313,3 +318,32 @@ def test_lake_rows_of_whole_batches_share_their_buffers() -> None:
     assert rows["offset"].to_pylist() == [3, 4, 5]
     assert rows["value"].chunk(0).buffers()[2].address == values.buffers()[2].address  # not copied
     assert lake_rows(0, [batch], 0, 3).num_rows == 0
+
+
+# ---------------------------------------------------------------------------------------- lake offsets in ZooKeeper
+def test_lake_offsets_are_stored_and_deleted_with_their_topic_in_chunks(
+    sparklog_connect: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with ClusterMetadata(sparklog_connect) as meta:
+        meta.register_broker(1, "127.0.0.1", free_port())
+        meta.create_topic(TOPIC, 4, 1, {"lake.enabled": "true"})
+        offsets = LakeOffsets(meta.zk, meta.layout)
+        assert offsets.get(TOPIC, 0) is None
+        for p in (0, 2):  # partitions 1 and 3 never tiered: no lake node
+            offsets.set(TOPIC, p, 10)
+            offsets.set(TOPIC, p, 20 + p)
+        assert [offsets.get(TOPIC, p) for p in range(4)] == [20, None, 22, None]
+        one_by_one: list[str] = []
+        delete = meta.zk.delete
+
+        def spy(path: str, version: int = -1, recursive: bool = False) -> object:
+            if recursive:
+                one_by_one.append(path)
+            return delete(path, version=version, recursive=recursive)
+
+        monkeypatch.setattr(meta.zk, "delete", spy)
+        meta.delete_topic(TOPIC)
+        assert one_by_one == []  # the lake nodes went in the chunked transactions, no fallback
+        assert not meta.zk.exists(meta.layout.topic(TOPIC))
+        with pytest.raises(NoNodeError):
+            offsets.set(TOPIC, 0, 30)  # never recreated under a deleted topic
