@@ -16,6 +16,7 @@ SCHEMA_COMPATIBILITIES = ("BACKWARD", "FORWARD", "FULL", "NONE")
 
 PARTITIONER_CONFIG = "partitioner"
 _DAY_MS = 24 * 3600 * 1000
+LOCAL_AS_TOTAL = -2  # local.retention.*: as retention.* (Kafka's value)
 _RAISED_MINIMUMS = {"segment.ms": 1000}  # minimums raised after topics could have been created below them
 
 
@@ -24,6 +25,13 @@ class TopicConfig:
     """The settings of one topic. Field names are Kafka's config names with ``.`` replaced by ``_``.
 
     ``-1`` means "no limit" for ``retention_ms``, ``retention_bytes``, ``flush_messages`` and ``flush_ms``.
+
+    ``lake.enabled``: the partitions' leaders tier closed segments into the topic's Delta table
+    (:mod:`sparklog.broker.lake`); refused with ``cleanup.policy=compact`` (a compacted topic's
+    history is rewritten, an append-only table would keep what compaction removed).
+    ``local.retention.ms`` / ``local.retention.bytes`` (KIP-405's names) bound the segments kept on
+    the brokers' disks once they are in the table; ``-2`` (the default) means "as ``retention.ms`` /
+    ``retention.bytes``". Without ``lake.enabled`` they do nothing.
 
     ``segment.ms`` is at least 1000: every roll starts a segment (three files and a memory map), so a
     tiny value turns a busy topic into one segment per append, churning files for nothing.
@@ -56,6 +64,9 @@ class TopicConfig:
     # are created with ``murmur2`` (Kafka's); a topic whose configs have no entry predates it and
     # keeps ``fnv1a``, so its keys stay where they are
     partitioner: str = LEGACY_PARTITIONER
+    lake_enabled: bool = False
+    local_retention_ms: int = LOCAL_AS_TOTAL
+    local_retention_bytes: int = LOCAL_AS_TOTAL
 
     def __post_init__(self) -> None:
         _check_choice("cleanup.policy", self.cleanup_policy, CLEANUP_POLICIES)
@@ -80,6 +91,17 @@ class TopicConfig:
             value = getattr(self, _attr(name))
             if value < low:
                 raise InvalidConfig(f"{name} must be >= {low}, got {value}")
+        for local, total in (("local.retention.ms", "retention.ms"), ("local.retention.bytes", "retention.bytes")):
+            value, bound = getattr(self, _attr(local)), getattr(self, _attr(total))
+            if value < LOCAL_AS_TOTAL:
+                raise InvalidConfig(f"{local} must be -2 (as {total}), -1 (no limit) or >= 0, got {value}")
+            if bound >= 0 and (value == -1 or value > bound):
+                raise InvalidConfig(f"{local}={value} must not exceed {total}={bound}")
+        if self.lake_enabled and self.compacted:
+            raise InvalidConfig(
+                "lake.enabled=true is not supported with cleanup.policy="
+                f"{self.cleanup_policy}: a compacted topic cannot be tiered into an append-only Delta table"
+            )
 
     @property
     def compacted(self) -> bool:
@@ -90,6 +112,15 @@ class TopicConfig:
     def deletes(self) -> bool:
         """Whether time/size retention applies (``delete`` or ``compact,delete``)."""
         return "delete" in self.cleanup_policy
+
+    @property
+    def local_retention(self) -> tuple[int, int]:
+        """(ms, bytes) bounding the tiered segments kept locally (-1: no limit), -2 resolved."""
+        ms, size = self.local_retention_ms, self.local_retention_bytes
+        return (
+            self.retention_ms if ms == LOCAL_AS_TOTAL else ms,
+            self.retention_bytes if size == LOCAL_AS_TOTAL else size,
+        )
 
     @classmethod
     def names(cls) -> list[str]:

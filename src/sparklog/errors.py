@@ -196,6 +196,21 @@ class UnknownServerError(SparklogError):
     code = "UNKNOWN_SERVER_ERROR"
 
 
+class LakeConflict(SparklogError):
+    """A topic's Delta table moved on under a tierer (another broker tiered the same partition:
+    it lost its leadership): the tierer re-reads where the table stands before tiering more."""
+
+    code = "LAKE_CONFLICT"
+    retriable = True
+
+
+class LakeUnavailable(SparklogError):
+    """A topic's Delta table could not be read or written (its lake dir or storage failed)."""
+
+    code = "LAKE_UNAVAILABLE"
+    retriable = True
+
+
 def _all_error_types() -> dict[str, type[SparklogError]]:
     found: dict[str, type[SparklogError]] = {}
     stack: list[type[SparklogError]] = [SparklogError]

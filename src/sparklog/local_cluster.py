@@ -26,8 +26,11 @@ BROKER_START_TIMEOUT_S = 60.0
 BROKER_STOP_TIMEOUT_S = 15.0
 
 
-def broker_command(broker_id: int, port: int, data_dir: Path, zookeeper: str) -> list[str]:
+def broker_command(
+    broker_id: int, port: int, data_dir: Path, zookeeper: str, lake_dir: str | os.PathLike[str] | None = None
+) -> list[str]:
     """The command line of a broker process (this interpreter, ``python -m sparklog.broker``)."""
+    lake = [] if lake_dir is None else ["--lake-dir", str(lake_dir)]
     return [
         sys.executable,
         "-m",
@@ -40,6 +43,7 @@ def broker_command(broker_id: int, port: int, data_dir: Path, zookeeper: str) ->
         str(data_dir),
         "--zookeeper",
         zookeeper,
+        *lake,
     ]
 
 
@@ -47,8 +51,17 @@ class BrokerProcess:
     """One ``python -m sparklog.broker`` subprocess, restartable on the same port and data dir.
     Its output goes to ``log_path`` (default: ``broker.log`` in its data dir)."""
 
-    def __init__(self, broker_id: int, port: int, data_dir: Path, zookeeper: str, log_path: Path | None = None) -> None:
+    def __init__(
+        self,
+        broker_id: int,
+        port: int,
+        data_dir: Path,
+        zookeeper: str,
+        log_path: Path | None = None,
+        lake_dir: str | os.PathLike[str] | None = None,
+    ) -> None:
         self.broker_id = broker_id
+        self.lake_dir = lake_dir
         self.port = port
         self.data_dir = data_dir
         self.zookeeper = zookeeper
@@ -59,7 +72,8 @@ class BrokerProcess:
 
     def start(self) -> None:
         self.data_dir.mkdir(parents=True, exist_ok=True)
-        command = broker_command(self.broker_id, self.port, self.data_dir, self.zookeeper) + self.extra_args
+        command = broker_command(self.broker_id, self.port, self.data_dir, self.zookeeper, self.lake_dir)
+        command += self.extra_args
         self._log = open(self.log_path, "ab")  # noqa: SIM115 - kept open while the broker runs
         self._log.write(f"\n=== starting {' '.join(command)}\n".encode())
         self._log.flush()
@@ -136,9 +150,12 @@ class LocalCluster:
         broker_ports: list[int] | None = None,
         log_dir: Path | None = None,
         secure: bool = False,
+        lake_dir: str | os.PathLike[str] | None = None,
     ) -> None:
         """``secure``: TLS, SCRAM and ACLs as ``sparklog up --secure`` sets them up
-        (:mod:`sparklog.security.local_setup`); clients then need :meth:`client_config`."""
+        (:mod:`sparklog.security.local_setup`); clients then need :meth:`client_config`.
+        ``lake_dir``: the brokers' ``--lake-dir`` (lake-enabled topics' Delta tables; default
+        ``<data_dir>/lake``)."""
         self.data_dir = Path(data_dir)
         self.secure = secure
         self.security: LocalSecurity | None = None
@@ -147,6 +164,7 @@ class LocalCluster:
             self.embedded = EmbeddedZooKeeper(self.data_dir / "zookeeper", port=zookeeper_port or free_port())
             zookeeper = self.embedded.connect_string
         self.zookeeper = zookeeper
+        self.lake_dir = lake_dir if lake_dir is not None else self.data_dir / "lake"
         ports = broker_ports or [free_port() for _ in range(brokers)]
         self.brokers = {
             i + 1: BrokerProcess(
@@ -155,6 +173,7 @@ class LocalCluster:
                 self.data_dir / f"broker-{i + 1}",
                 zookeeper,
                 log_dir / f"broker-{i + 1}.log" if log_dir else None,
+                self.lake_dir,
             )
             for i in range(brokers)
         }

@@ -20,6 +20,7 @@ if __name__ == "__main__":
     parser.add_argument("--max-connections-per-ip", type=int, default=DEFAULT_MAX_CALLS_PER_IP)
     parser.add_argument("--producer-id-expiration-ms", type=int, default=DEFAULT_PRODUCER_ID_EXPIRATION_MS)
     parser.add_argument("--config", default=None, help="properties file: listeners, TLS, SASL (server.properties)")
+    parser.add_argument("--lake-dir", default=None, help="where lake-enabled topics' Delta tables are (dir or URI)")
     args = parser.parse_args()
     sys.exit(
         main(
@@ -31,5 +32,6 @@ if __name__ == "__main__":
             args.max_connections_per_ip,
             args.producer_id_expiration_ms,
             args.config,
+            args.lake_dir,
         )
     )

@@ -28,6 +28,9 @@ from sparklog.broker.call_limits import DEFAULT_MAX_CALLS_PER_IP
 from sparklog.broker.cluster_requests import ClusterRequests
 from sparklog.broker.controller import Controller
 from sparklog.broker.group_members import GroupMembers
+from sparklog.broker.lake.delta_table import DeltaTableWriter
+from sparklog.broker.lake.source import PartitionSource, TieringSource
+from sparklog.broker.lake.tierer import LakeTiering, Tierer
 from sparklog.broker.listeners import open_listeners
 from sparklog.broker.log_manager import DEFAULT_PRODUCER_ID_EXPIRATION_MS, LogManager
 from sparklog.broker.partition import Partition
@@ -37,6 +40,7 @@ from sparklog.broker.replication.partition_changes import PartitionChanges
 from sparklog.broker.server import BrokerServer
 from sparklog.broker.throttle import Throttle
 from sparklog.coordination.cluster import BrokerInfo, ClusterMetadata, PartitionState, TopicMetadata
+from sparklog.coordination.lake_offsets import LakeOffsets
 from sparklog.errors import BrokerNotAvailable, InvalidRequest, NotLeader, UnknownTopic
 from sparklog.schemas.registry import SchemaRegistry
 from sparklog.schemas.value_schema import ValueSchema
@@ -75,8 +79,11 @@ class Broker:
         max_calls_per_ip: int = DEFAULT_MAX_CALLS_PER_IP,
         producer_id_expiration_ms: int = DEFAULT_PRODUCER_ID_EXPIRATION_MS,
         security: BrokerSecurity | None = None,
+        lake_dir: str | None = None,
     ) -> None:
-        """``security``: listeners, TLS and SASL (default: one plaintext listener on ``host``:``port``)."""
+        """``security``: listeners, TLS and SASL (default: one plaintext listener on ``host``:``port``).
+        ``lake_dir``: where lake-enabled topics' Delta tables are (``<lake_dir>/<topic>``; a
+        directory or a URI deltalake writes); without it this broker tiers nothing."""
         self.broker_id = broker_id
         self.security = security or BrokerSecurity.plaintext(host, port)
         self.data_dir = Path(data_dir)
@@ -115,6 +122,8 @@ class Broker:
         self.cluster_requests: ClusterRequests | None = None  # clients' metadata, offsets and admin
         self.group_members: GroupMembers | None = None  # consumer group members hosted for clients
         self.controller: Controller | None = None
+        self.lake_dir = lake_dir
+        self.tiering: LakeTiering | None = None
         self.zk_connected = False
         self._clients: dict[str, flight.FlightClient] = {}
         self._lock = threading.RLock()
@@ -172,6 +181,9 @@ class Broker:
         self._register()
         self.controller = Controller(self)
         self.controller.start()
+        if self.lake_dir is not None:
+            tierer = Tierer(DeltaTableWriter(self.lake_dir), LakeOffsets(self.cluster.zk, self.cluster.layout))
+            self.tiering = LakeTiering(tierer, self._lake_sources).start()
         log.info("broker %s serving on %s:%s", self.broker_id, self.host, self.port)
         return self
 
@@ -234,6 +246,8 @@ class Broker:
         if self._stopped.is_set() and not self.servers:
             return True
         self._stopped.set()
+        if self.tiering is not None:
+            self.tiering.stop()
         if self.controller is not None:
             self.controller.stop()
         self._hand_over_leadership()
@@ -409,6 +423,11 @@ class Broker:
             return True
         with self._topic_lock:  # the watch thread and the maintenance loop may both get here
             self.topics[name] = meta
+            config = meta.config
+            for p in range(meta.partitions):
+                held = self.partitions.get((name, p))
+                if held is not None and held.log.config != config:
+                    held.log.config = config  # altered: retention, lake.enabled... apply now
             fresh: list[int] = []
             for p, replicas in enumerate(meta.replicas):
                 key = (name, p)
@@ -524,6 +543,16 @@ class Broker:
                 self.replication.unfollow((topic, p))
             else:
                 self.replication.follow(partition, state.leader)
+
+    def _lake_sources(self) -> list[TieringSource]:
+        """The partitions of lake-enabled topics held here, for the tiering thread (they may tier
+        only while this broker has its ZooKeeper session: the leader's fence)."""
+        writable = self.zk_connected and not self._stopped.is_set()
+        return [
+            PartitionSource(partition, writable)
+            for partition in list(self.partitions.values())
+            if partition.log.config.lake_enabled and not partition.log.closed
+        ]
 
     def _partition(self, topic: str, p: int) -> Partition:
         key = (topic, p)
@@ -697,6 +726,7 @@ def main(
     max_calls_per_ip: int = DEFAULT_MAX_CALLS_PER_IP,
     producer_id_expiration_ms: int = DEFAULT_PRODUCER_ID_EXPIRATION_MS,
     config_file: str | None = None,
+    lake_dir: str | None = None,
 ) -> int:
     """Run one broker in the foreground (``sparklog broker``); ``config_file``: a properties file
     with its listeners and security settings (:mod:`sparklog.security.broker_config`)."""
@@ -718,6 +748,7 @@ def main(
         max_calls_per_ip=max_calls_per_ip,
         producer_id_expiration_ms=producer_id_expiration_ms,
         security=security,
+        lake_dir=lake_dir,
     ).start()
     print(f"broker {broker_id} listening on {host}:{broker.port} (data in {data_dir})", flush=True)
     if config_file is not None:

@@ -491,6 +491,8 @@ class BrokerServer(flight.FlightServerBase):
             "high_watermark": partition.high_watermark,
             "leader_epoch": partition.leader_epoch,
         }
+        if plog.config.lake_enabled:
+            result["lake_offset"] = plog.tiered_offset  # None until the tierer has read the table
         if "timestamp" in request:
             found = plog.offset_for_time(_int(request, "timestamp"))
             result["offset_for_time"] = None if found is None or found >= partition.high_watermark else found

@@ -22,7 +22,8 @@ BROKER_START_TIMEOUT_S = 60.0
 UP_DESCRIPTION = """\
 Runs a local cluster in the foreground: a standalone ZooKeeper (unless --zookeeper or
 SPARKLOG_ZOOKEEPER names one to use) and N brokers (ids 1..N) as child processes. Data goes under
-DIR: DIR/zookeeper, DIR/broker-<id>; each broker's output goes to DIR/broker-<id>.log. Broker i
+DIR: DIR/zookeeper, DIR/broker-<id>, DIR/lake (the Delta tables of lake-enabled topics, unless
+--lake-dir says elsewhere); each broker's output goes to DIR/broker-<id>.log. Broker i
 listens on port BASE+i-1 (--broker-port, default 9092) when that port is free, else on any free
 port; --broker-port 0 always picks free ports. Prints one line per server once all brokers are
 registered in ZooKeeper. Ctrl-C or SIGTERM stops the brokers (SIGTERM, then SIGKILL after 15 s),
@@ -51,6 +52,11 @@ def add_up(sub: argparse._SubParsersAction) -> None:
         default=DEFAULT_BROKER_PORT,
         metavar="BASE",
         help="first broker's port (default 9092)",
+    )
+    p.add_argument(
+        "--lake-dir",
+        metavar="DIR_OR_URI",
+        help="where lake-enabled topics' Delta tables go (default DIR/lake)",
     )
     p.add_argument(
         "--secure",
@@ -98,6 +104,11 @@ def add_broker(sub: argparse._SubParsersAction) -> None:
         metavar="FILE",
         help="properties file (server.properties): listeners, advertised.listeners, ssl.*, sasl.enabled.mechanisms, "
         "super.users, security.inter.broker.protocol, inter.broker.sasl.username/password",
+    )
+    p.add_argument(
+        "--lake-dir",
+        metavar="DIR_OR_URI",
+        help="where lake-enabled topics' Delta tables are (<lake dir>/<topic>); without it this broker tiers nothing",
     )
     add_zookeeper_option(p)
     p.set_defaults(handler=run_broker, logs=True)
@@ -152,6 +163,7 @@ def run_broker(args: argparse.Namespace) -> int:
         args.max_connections_per_ip,
         args.producer_id_expiration_ms,
         args.config,
+        args.lake_dir,
     )
 
 
@@ -212,6 +224,7 @@ def run_up(args: argparse.Namespace) -> int:
         zookeeper_port=args.zookeeper_port or None,
         broker_ports=_broker_ports(args.broker_port, args.brokers),
         log_dir=data_dir,
+        lake_dir=args.lake_dir,
     )
     problems: list[str] = []
     try:

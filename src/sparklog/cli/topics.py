@@ -20,6 +20,7 @@ from sparklog.coordination.cluster import NUM_PARTITIONS_MAX
 from sparklog.names import check_not_internal, check_topic_name
 
 DESCRIBE_HEADERS = ("PARTITION", "LEADER", "REPLICAS", "ISR", "LOG-START-OFFSET", "LOG-END-OFFSET")
+LAKE_HEADERS = ("LAKE-OFFSET", "LAKE-LAG")  # lake.enabled topics: how far the Delta table has each partition
 
 
 def add_topics(sub: argparse._SubParsersAction) -> None:
@@ -122,8 +123,9 @@ def _describe(args: argparse.Namespace) -> int:
         f"Topic: {info['topic']}  Partitions: {len(partitions)}  ReplicationFactor: {rf}  "
         f"Partitioner: {info['partitioner']}  Configs: {_configs_text(info['configs'])}"
     )
+    lake = info["configs"].get("lake.enabled", "false") == "true"
     print_table(
-        DESCRIBE_HEADERS,
+        DESCRIBE_HEADERS + LAKE_HEADERS if lake else DESCRIBE_HEADERS,
         (
             (
                 p["partition"],
@@ -132,6 +134,7 @@ def _describe(args: argparse.Namespace) -> int:
                 ids(p["isr"]),
                 p.get("log_start_offset"),
                 p.get("log_end_offset"),
+                *((p.get("lake_offset"), p.get("lake_lag")) if lake else ()),
             )
             for p in partitions
         ),

@@ -416,8 +416,14 @@ class ClusterMetadata:
         layout = self.layout
         ops: list[tuple[str, str, bytes]] = []
         with contextlib.suppress(NoNodeError):
-            for p in sorted(self.zk.get_children(layout.topic_partitions(name)), key=_numeric):
-                path = f"{layout.topic_partitions(name)}/{p}"
+            paths = [
+                f"{layout.topic_partitions(name)}/{p}"
+                for p in sorted(self.zk.get_children(layout.topic_partitions(name)), key=_numeric)
+            ]
+            lakes = [self.zk.exists_async(f"{path}/lake") for path in paths]  # lake.enabled: one pipelined round
+            for path, lake in zip(paths, lakes, strict=True):
+                if lake.get() is not None:
+                    ops.append(("delete", f"{path}/lake", b""))
                 ops.append(("delete", f"{path}/state", b""))
                 ops.append(("delete", path, b""))
         with contextlib.suppress(NoNodeError):

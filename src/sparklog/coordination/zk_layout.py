@@ -5,6 +5,8 @@
 <root>/controller                                        ephemeral: {"broker_id"}
 <root>/topics/<topic>                                    {"replicas": [[ids]...], "configs"[, "status"]}
 <root>/topics/<topic>/partitions/<p>/state               {"leader", "leader_epoch", "isr"}
+<root>/topics/<topic>/partitions/<p>/lake                lake.enabled: offset tiered into the Delta
+                                                         table (all below it), decimal text
 <root>/admin/pending_topics/<topic>                      a topic being created or deleted (in chunks)
 <root>/admin/pending_topics/<topic>/owner                ephemeral: the client doing it
 <root>/consumers/<group>/offsets/<topic>/<partition>     committed offset, decimal text
@@ -93,6 +95,11 @@ class ZkLayout:
 
     def partition_state(self, topic: str, partition: int) -> str:
         return f"{self.topic(topic)}/partitions/{partition}/state"
+
+    def partition_lake(self, topic: str, partition: int) -> str:
+        """The offset up to which a lake-enabled partition is in its Delta table (see
+        :mod:`sparklog.coordination.lake_offsets`)."""
+        return f"{self.topic(topic)}/partitions/{partition}/lake"
 
     @property
     def consumers(self) -> str:

@@ -90,6 +90,9 @@ class PartitionLog:
         self._unsynced: list[LogSegment] = []  # rolled segments whose background fsync is pending
         self.directory.mkdir(parents=True, exist_ok=True)
         self.segments: list[LogSegment] = []
+        # lake tiering (lake.enabled): every offset below this is in the topic's Delta table; None
+        # until the tierer (leader) or the lake offset in ZooKeeper (follower) says
+        self.tiered_offset: int | None = None
         self.epochs = LeaderEpochCache()
         self.producers = ProducerStateTable()
         self._load()
@@ -484,7 +487,37 @@ class PartitionLog:
                     excess -= segment.size
                     if segment not in doomed:
                         doomed.append(segment)
+            doomed.extend(s for s in self._past_local_retention(candidates, now) if s not in doomed)
             return self.delete_segments(doomed)
+
+    def _past_local_retention(self, candidates: list[LogSegment], now: int) -> list[LogSegment]:
+        """Lake-enabled topics: the oldest segments whose records are all tiered and which are past
+        ``local.retention.ms`` or over ``local.retention.bytes`` (KIP-405). A segment not yet in the
+        table is never deleted by these (only by ``retention.*``, as before)."""
+        tiered = self.tiered_offset
+        if not self.config.lake_enabled or tiered is None:
+            return []
+        local_ms, local_bytes = self.config.local_retention
+        in_lake = []
+        for segment in candidates:
+            if segment.next_offset > tiered:
+                break
+            in_lake.append(segment)
+        doomed: list[LogSegment] = []
+        if local_ms >= 0:
+            for segment in in_lake:
+                if segment.max_timestamp >= now - local_ms:
+                    break
+                doomed.append(segment)
+        if local_bytes >= 0:
+            excess = self.size_bytes - local_bytes
+            for segment in in_lake:
+                if excess - segment.size < 0:
+                    break
+                excess -= segment.size
+                if segment not in doomed:
+                    doomed.append(segment)
+        return doomed
 
     def delete_segments(self, doomed: list[LogSegment]) -> int:
         """Remove the given (non-active) segments; the log start moves to the first one left."""

@@ -1,0 +1,10 @@
+"""Lake tiering (issue 19): the leader of each partition of a ``lake.enabled`` topic appends its
+closed segments' committed records to the topic's Delta table, exactly once.
+
+- :mod:`.rows`: stored record batches -> the table's rows (Arrow compute only).
+- :mod:`.delta_table`: the Delta table of a topic (``deltalake``): its application transaction
+  per partition, and fenced appends.
+- :mod:`.source`: what the tierer reads of one partition (its closed, committed records).
+- :mod:`.tierer`: the exactly-once logic (one pass over the partitions) and the broker's tiering
+  thread.
+"""

@@ -1,0 +1,228 @@
+"""Tiering closed segments into Delta tables, exactly once, and the broker's tiering thread.
+
+For each partition of a lake-enabled topic that this broker **leads**, a pass appends the committed
+records (below the high watermark) of the oldest closed segment not yet in the table, in two
+commits:
+
+1. the Delta commit: the rows plus the application transaction ``sparklog-<topic>-<p>`` set to the
+   next offset to tier (``DeltaTableWriter.append``, refused if the table is not where this
+   leader last saw it);
+2. ZooKeeper's lake offset (``topics/<t>/partitions/<p>/lake``) set to the same offset.
+
+When it starts leading (a start, a restart, a leadership change) the tierer reads ZooKeeper's
+lake offset, which never runs ahead of the table; once the partition has closed segments beyond
+it, and before its first commit, it takes the table's transaction version as the truth and writes
+it to ZooKeeper if that lags (a crash between 1 and 2): a crash at any point neither loses nor
+repeats a row, and an idle partition costs one ZooKeeper read per leadership, no table read. A
+follower only learns the lake offset from ZooKeeper (now and then, while it has closed segments
+beyond what it knows is tiered), for its local retention.
+
+``SPARKLOG_TEST_LAKE_CRASH`` (tests only): ``before-delta``, ``after-delta`` or ``after-zookeeper``
+makes the broker kill itself (SIGKILL) at that point of its first tiering commit.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import signal
+import threading
+import time
+from collections.abc import Callable, Iterable
+from typing import Protocol
+
+import pyarrow as pa
+
+from sparklog.broker.lake.rows import lake_rows
+from sparklog.broker.lake.source import TieringSource
+from sparklog.errors import LakeConflict, OffsetOutOfRange, SparklogError
+
+log = logging.getLogger(__name__)
+
+CRASH_ENV = "SPARKLOG_TEST_LAKE_CRASH"
+CRASH_POINTS = ("before-delta", "after-delta", "after-zookeeper")
+DEFAULT_INTERVAL_S = 1.0
+FOLLOWER_REFRESH_S = 10.0  # how often a follower may read a partition's lake offset from ZooKeeper
+
+
+class TableWriter(Protocol):
+    """A topic's Delta table (:class:`sparklog.broker.lake.delta_table.DeltaTableWriter`)."""
+
+    def tiered_version(self, topic: str, partition: int) -> int | None: ...
+
+    def append(self, topic: str, partition: int, rows: pa.Table, after: int | None, version: int) -> None: ...
+
+
+class OffsetStore(Protocol):
+    """The lake offsets in ZooKeeper (:class:`sparklog.coordination.lake_offsets.LakeOffsets`)."""
+
+    def get(self, topic: str, partition: int) -> int | None: ...
+
+    def set(self, topic: str, partition: int, offset: int) -> None: ...
+
+
+@dataclasses.dataclass
+class _Led:
+    """A partition tiered by this broker in one leader epoch: where the table stands for it."""
+
+    epoch: int
+    version: int | None  # the table's transaction version (None: nothing of it in the table yet)
+    synced: bool  # ``version`` read from the table (else ZooKeeper's, which may lag the table)
+
+    @property
+    def next_offset(self) -> int:
+        return self.version or 0
+
+
+def _crash_point(name: str) -> None:
+    if os.environ.get(CRASH_ENV) == name:
+        log.warning("%s=%s: killing this broker", CRASH_ENV, name)
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+class Tierer:
+    """The tiering logic over any partitions: call :meth:`run_once` with the partitions held here."""
+
+    def __init__(self, writer: TableWriter, offsets: OffsetStore, clock: Callable[[], float] = time.monotonic) -> None:
+        self.writer = writer
+        self.offsets = offsets
+        self.clock = clock
+        self._led: dict[tuple[str, int], _Led] = {}
+        self._follower_read: dict[tuple[str, int], float] = {}
+
+    def run_once(self, sources: Iterable[TieringSource]) -> int:
+        """One pass: at most one commit per led partition; returns how many commits were made."""
+        commits = 0
+        seen: set[tuple[str, int]] = set()
+        for source in sources:
+            key = (source.topic, source.partition)
+            seen.add(key)
+            try:
+                epoch = source.leader_epoch()
+                if epoch is None:
+                    self._led.pop(key, None)
+                    self._follow(source)
+                elif self._tier(source, epoch):
+                    commits += 1
+            except LakeConflict as exc:
+                log.warning("%s; reading the table again", exc)
+                self._led.pop(key, None)
+            except OffsetOutOfRange:
+                log.info("%s-%s: retention deleted records being tiered; trying again", *key)
+            except Exception as exc:  # LakeUnavailable, ZooKeeper trouble...: must not stop the others
+                log.warning("tiering %s-%s failed: %s", *key, exc, exc_info=not isinstance(exc, SparklogError))
+                self._led.pop(key, None)
+        for key in set(self._led) - seen:
+            del self._led[key]
+        for key in set(self._follower_read) - seen:
+            del self._follower_read[key]
+        return commits
+
+    def _start_leading(self, source: TieringSource, epoch: int) -> _Led:
+        """A new leadership: ZooKeeper's lake offset, a lower bound of the table's."""
+        stored = self.offsets.get(source.topic, source.partition)
+        led = self._led[(source.topic, source.partition)] = _Led(epoch, stored, synced=False)
+        source.set_tiered(led.next_offset)
+        return led
+
+    def _sync(self, source: TieringSource, led: _Led) -> None:
+        """Where the table stands for this partition (the truth), written to ZooKeeper if it lags."""
+        version = self.writer.tiered_version(source.topic, source.partition)
+        stored = led.version
+        if version is not None and stored != version:
+            log.info(
+                "%s-%s: the Delta table is at offset %s, ZooKeeper at %s: ZooKeeper corrected",
+                source.topic,
+                source.partition,
+                version,
+                stored,
+            )
+            self.offsets.set(source.topic, source.partition, version)
+        led.version, led.synced = version, True
+        source.set_tiered(led.next_offset)
+
+    def _tier(self, source: TieringSource, epoch: int) -> bool:
+        """Tier the next closed segment's committed records, if any; True if it committed."""
+        led = self._led.get((source.topic, source.partition))
+        if led is None or led.epoch != epoch:
+            led = self._start_leading(source, epoch)
+        end = source.tierable_end()
+        if end <= led.next_offset:
+            return False
+        if not led.synced:
+            self._sync(source, led)
+            if end <= led.next_offset:
+                return False
+        start = max(led.next_offset, source.log_start())
+        if start >= end:
+            return False  # retention deleted all of it before it was tiered (warned once there is more)
+        upto = min(end, source.segment_end(start))
+        if start > led.next_offset:
+            log.warning(
+                "%s-%s: offsets [%d, %d) were deleted by retention before they were tiered",
+                source.topic,
+                source.partition,
+                led.next_offset,
+                start,
+            )
+        rows = lake_rows(source.partition, source.read(start, upto), start, upto)
+        _crash_point("before-delta")
+        self.writer.append(source.topic, source.partition, rows, led.version, upto)
+        led.version = upto
+        _crash_point("after-delta")
+        self.offsets.set(source.topic, source.partition, upto)
+        _crash_point("after-zookeeper")
+        source.set_tiered(upto)
+        log.info("%s-%s: tiered offsets [%d, %d) into the lake", source.topic, source.partition, start, upto)
+        return True
+
+    def _follow(self, source: TieringSource) -> None:
+        """A follower learns the lake offset (for local retention) from ZooKeeper: only while it
+        holds closed segments beyond what it knows is tiered, and not more often than
+        ``FOLLOWER_REFRESH_S``."""
+        key = (source.topic, source.partition)
+        known = source.tiered()
+        if known is not None and source.tierable_end() <= known:
+            return
+        now = self.clock()
+        if now - self._follower_read.get(key, -FOLLOWER_REFRESH_S) < FOLLOWER_REFRESH_S:
+            return
+        self._follower_read[key] = now
+        stored = self.offsets.get(source.topic, source.partition)
+        if stored is not None:
+            source.set_tiered(stored)
+
+
+class LakeTiering:
+    """The broker's one tiering thread: passes over the partitions ``sources()`` gives (those of
+    lake-enabled topics held here), back to back while there is work, every ``interval_s`` when
+    there is none."""
+
+    def __init__(
+        self, tierer: Tierer, sources: Callable[[], list[TieringSource]], interval_s: float = DEFAULT_INTERVAL_S
+    ) -> None:
+        self.tierer = tierer
+        self.sources = sources
+        self.interval_s = interval_s
+        self._stopped = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="lake-tiering", daemon=True)
+
+    def start(self) -> LakeTiering:
+        self._thread.start()
+        return self
+
+    def stop(self, timeout_s: float = 10.0) -> None:
+        self._stopped.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout_s)
+
+    def _run(self) -> None:
+        while not self._stopped.is_set():
+            try:
+                busy = self.tierer.run_once(self.sources()) > 0
+            except Exception:
+                log.exception("lake tiering pass failed")
+                busy = False
+            if not busy:
+                self._stopped.wait(self.interval_s)

@@ -1,0 +1,311 @@
+"""Lake tiering with real broker processes, a real ZooKeeper and real Delta tables, checked with
+the independent ``deltalake`` reader: exact rows and offsets, ``topics describe``, a ``kill -9``
+at each point of a tiering commit, a leader change, local retention.
+
+Every topic here rolls a segment per produced batch (``segment.bytes=1024``, batches larger than
+that), so after ``n`` batches the closed segments hold the first ``n - 1``; the last one stays in
+the active segment (never tiered)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+from deltalake import DeltaTable
+
+from broker_helpers import BrokerProcess, ProcessGroup, wait_for
+from replication_helpers import Cluster
+from sparklog import Admin, Producer
+from sparklog.broker.lake.delta_table import app_id
+from sparklog.broker.lake.tierer import CRASH_ENV
+from sparklog.broker.log.segment import SEGMENT_SUFFIX
+from sparklog.coordination.cluster import ClusterMetadata
+from sparklog.coordination.lake_offsets import LakeOffsets
+from sparklog.errors import InvalidConfig
+
+PER_BATCH = 10
+LAKE_TOPIC = {"lake.enabled": "true", "segment.bytes": "1024"}
+TIERING_TIMEOUT_S = 60.0
+# record timestamps: recent, or retention.ms (7 days by default) deletes the segments before they
+# are tiered (as it should: retention bounds the local log whether tiered or not)
+BASE_MS = int(time.time() * 1000) - 60_000
+
+
+def value(p: int, offset: int) -> bytes:
+    return b"p%d-%06d-" % (p, offset) + b"x" * 150
+
+
+def produce_batches(connect: str, topic: str, p: int, batches: int, first: int = 0) -> None:
+    """``batches`` batches of PER_BATCH records to partition ``p`` whose offsets start at ``first``
+    (one producer, in order: the value of offset o is ``value(p, o)``)."""
+    with Producer(zookeeper=connect, acks="all", linger_ms=0) as producer:
+        for b in range(batches):
+            base = first + b * PER_BATCH
+            offsets = range(base, base + PER_BATCH)
+            producer.send_batch(
+                topic,
+                {
+                    "key": [b"k%d" % o for o in offsets],
+                    "value": [value(p, o) for o in offsets],
+                    "timestamp": [BASE_MS + o for o in offsets],
+                    "headers": [[{"key": "o", "value": b"%d" % o}] for o in offsets],
+                },
+                partition=p,
+            )
+
+
+def table_version(lake: Path, topic: str, p: int) -> int | None:
+    try:
+        return DeltaTable(str(lake / topic)).transaction_version(app_id(topic, p))
+    except Exception:  # no table yet
+        return None
+
+
+def wait_tiered(lake: Path, topic: str, p: int, offset: int) -> None:
+    wait_for(
+        lambda: table_version(lake, topic, p) == offset,
+        TIERING_TIMEOUT_S,
+        f"{topic}-{p} tiered up to {offset} (table at {table_version(lake, topic, p)})",
+        interval=0.2,
+    )
+
+
+def assert_rows_exactly(lake: Path, topic: str, p: int, end: int) -> None:
+    """The table holds partition ``p``'s offsets [0, end) exactly once, with the produced records."""
+    rows = DeltaTable(str(lake / topic)).to_pyarrow_table(filters=[("partition", "=", p)])
+    rows = rows.sort_by("offset")
+    offsets = rows["offset"].to_pylist()
+    assert offsets == list(range(end)), f"{topic}-{p}: {len(offsets)} rows, offsets {offsets[:5]}...{offsets[-5:]}"
+    assert rows["partition"].to_pylist() == [p] * end
+    assert rows["value"].to_pylist() == [value(p, o) for o in range(end)]
+    assert rows["key"].to_pylist() == [b"k%d" % o for o in range(end)]
+    millis = rows["timestamp"].cast(pa.timestamp("ms", tz="UTC")).cast(pa.int64())
+    assert millis.to_pylist() == [BASE_MS + o for o in range(end)]
+    assert rows["headers"].to_pylist() == [[{"key": "o", "value": b"%d" % o}] for o in range(end)]
+
+
+def zk_lake_offset(connect: str, topic: str, p: int) -> int | None:
+    with ClusterMetadata(connect) as meta:
+        return LakeOffsets(meta.zk, meta.layout).get(topic, p)
+
+
+def lake_broker(connect: str, base: Path, group: ProcessGroup, lake: Path, broker_id: int = 1) -> BrokerProcess:
+    return BrokerProcess(broker_id, base / f"broker-{broker_id}", connect, group, extra_args=("--lake-dir", str(lake)))
+
+
+# ------------------------------------------------------------------------------------------ exact rows
+def test_tiering_writes_exact_rows_offsets_and_describe_shows_lag(
+    sparklog_connect: str, child_processes: ProcessGroup, tmp_path: Path
+) -> None:
+    lake = tmp_path / "lake"
+    broker = lake_broker(sparklog_connect, tmp_path, child_processes, lake).start()
+    with Admin(sparklog_connect) as admin:
+        with pytest.raises(InvalidConfig, match="compacted topic cannot be tiered"):
+            admin.create_topic("compacted", 1, 1, {"lake.enabled": "true", "cleanup.policy": "compact"})
+        admin.create_topic("lake", 2, 1, LAKE_TOPIC)
+        admin.create_topic("plain", 1, 1, {"segment.bytes": "1024"})
+    for p in (0, 1):
+        produce_batches(sparklog_connect, "lake", p, 4 + p)
+    produce_batches(sparklog_connect, "plain", 0, 3)
+    for p in (0, 1):
+        closed = (3 + p) * PER_BATCH
+        wait_tiered(lake, "lake", p, closed)
+        assert_rows_exactly(lake, "lake", p, closed)
+        wait_for(lambda p=p: zk_lake_offset(sparklog_connect, "lake", p) == (3 + p) * PER_BATCH, 10, "ZooKeeper")
+    assert not (lake / "plain").exists()  # a topic without lake.enabled is not tiered
+    with Admin(sparklog_connect) as admin:
+        described = admin.describe_topic("lake")["partitions"]
+        plain = admin.describe_topic("plain")["partitions"]
+    assert [(d["lake_offset"], d["lake_lag"]) for d in described] == [(30, 10), (40, 10)]
+    assert "lake_offset" not in plain[0]
+    cli = subprocess.run(
+        [sys.executable, "-m", "sparklog.cli.main", "--zookeeper", sparklog_connect, "topics", "describe", "lake"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert cli.returncode == 0, cli.stderr
+    header, *rows = cli.stdout.splitlines()[1:]
+    assert header.split()[-2:] == ["LAKE-OFFSET", "LAKE-LAG"]
+    assert [row.split()[-2:] for row in rows] == [["30", "10"], ["40", "10"]]
+    with Admin(sparklog_connect) as admin:  # deleting the topic removes its lake offsets, not its table
+        admin.delete_topic("lake")
+        assert "lake" not in admin.list_topics()
+    with ClusterMetadata(sparklog_connect) as meta:
+        assert not meta.zk.exists(meta.layout.topic("lake"))
+    assert_rows_exactly(lake, "lake", 0, 30)
+    broker.stop()
+
+
+# ------------------------------------------------------------------------------------------ kill -9
+@pytest.mark.slow
+@pytest.mark.parametrize("point", ["before-delta", "after-delta", "after-zookeeper"])
+def test_kill_9_during_tiering_loses_and_repeats_nothing(
+    point: str, sparklog_connect: str, child_processes: ProcessGroup, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    lake = tmp_path / "lake"
+    monkeypatch.setenv(CRASH_ENV, point)
+    broker = lake_broker(sparklog_connect, tmp_path, child_processes, lake).start()
+    with Admin(sparklog_connect) as admin:
+        admin.create_topic("crash", 1, 1, LAKE_TOPIC)
+    produce_batches(sparklog_connect, "crash", 0, 4)
+    assert broker.proc is not None
+    assert broker.proc.wait(TIERING_TIMEOUT_S) == -9  # killed itself at its first tiering commit
+    first = PER_BATCH  # the first commit: the first closed segment, [0, 10)
+    expected = {"before-delta": (None, None), "after-delta": (first, None), "after-zookeeper": (first, first)}
+    assert (table_version(lake, "crash", 0), zk_lake_offset(sparklog_connect, "crash", 0)) == expected[point]
+    monkeypatch.delenv(CRASH_ENV)
+    broker.restart()
+    wait_tiered(lake, "crash", 0, 3 * PER_BATCH)
+    assert_rows_exactly(lake, "crash", 0, 3 * PER_BATCH)
+    wait_for(lambda: zk_lake_offset(sparklog_connect, "crash", 0) == 3 * PER_BATCH, 10, "ZooKeeper corrected")
+    broker.stop()
+
+
+# ------------------------------------------------------------------------------------------ leader change
+@pytest.mark.slow
+def test_a_new_leader_continues_where_the_old_one_stopped(
+    sparklog_connect: str, child_processes: ProcessGroup, tmp_path: Path
+) -> None:
+    lake = tmp_path / "lake"
+    cluster = Cluster(
+        sparklog_connect, tmp_path, child_processes, brokers=2, broker_args=lambda _i, _port: ("--lake-dir", str(lake))
+    ).start()
+    try:
+        with Admin(sparklog_connect) as admin:
+            admin.create_topic("moving", 1, 2, LAKE_TOPIC)
+        cluster.wait_full_isr("moving")
+        produce_batches(sparklog_connect, "moving", 0, 3)
+        wait_tiered(lake, "moving", 0, 2 * PER_BATCH)
+        old = cluster.state("moving", 0)
+        cluster[old.leader].kill()  # kill -9: no hand-over
+        new = cluster.wait_new_leader("moving", 0, old.leader_epoch)
+        assert new.leader != old.leader
+        produce_batches(sparklog_connect, "moving", 0, 3, first=3 * PER_BATCH)
+        wait_tiered(lake, "moving", 0, 5 * PER_BATCH)
+        assert_rows_exactly(lake, "moving", 0, 5 * PER_BATCH)
+        cluster[old.leader].restart()  # back as a follower (or leader again): still nothing twice
+        cluster.wait_full_isr("moving")
+        produce_batches(sparklog_connect, "moving", 0, 1, first=6 * PER_BATCH)
+        wait_tiered(lake, "moving", 0, 6 * PER_BATCH)
+        assert_rows_exactly(lake, "moving", 0, 6 * PER_BATCH)
+    finally:
+        cluster.close()
+
+
+# ------------------------------------------------------------------------------------------ local retention
+def segment_bases(data_dir: Path, topic: str, p: int) -> list[int]:
+    directory = data_dir / f"{topic}-{p}"
+    return sorted(int(f.name[: -len(SEGMENT_SUFFIX)]) for f in directory.glob(f"*{SEGMENT_SUFFIX}"))
+
+
+@pytest.mark.slow
+def test_local_retention_deletes_only_tiered_segments(
+    sparklog_connect: str, child_processes: ProcessGroup, tmp_path: Path
+) -> None:
+    lake = tmp_path / "lake"
+    broker = lake_broker(sparklog_connect, tmp_path, child_processes, lake).start()
+    local_none = {"local.retention.bytes": "0", "retention.ms": "-1"}
+    with Admin(sparklog_connect) as admin:
+        admin.create_topic("local", 1, 1, {**LAKE_TOPIC, **local_none})
+        admin.create_topic("kept", 1, 1, {"segment.bytes": "1024", **local_none})  # no lake: local.* ignored
+    produce_batches(sparklog_connect, "local", 0, 4)
+    produce_batches(sparklog_connect, "kept", 0, 4)
+    wait_tiered(lake, "local", 0, 3 * PER_BATCH)
+    # the next maintenance pass (every 5 s) deletes the tiered segments, and only those
+    wait_for(lambda: segment_bases(broker.data_dir, "local", 0) == [30], 30, "tiered segments deleted", interval=0.5)
+    with Admin(sparklog_connect) as admin:
+        partition = admin.describe_topic("local")["partitions"][0]
+    assert (partition["log_start_offset"], partition["lake_offset"]) == (30, 30)
+    assert segment_bases(broker.data_dir, "kept", 0) == [0, 10, 20, 30]
+    assert_rows_exactly(lake, "local", 0, 3 * PER_BATCH)
+    broker.stop()
+
+
+def test_lake_enabled_on_an_existing_topic_tiers_it_from_the_log_start(
+    sparklog_connect: str, child_processes: ProcessGroup, tmp_path: Path
+) -> None:
+    lake = tmp_path / "lake"
+    broker = lake_broker(sparklog_connect, tmp_path, child_processes, lake).start()
+    with Admin(sparklog_connect) as admin:
+        admin.create_topic("later", 1, 1, {"segment.bytes": "1024"})
+        produce_batches(sparklog_connect, "later", 0, 3)
+        time.sleep(1.5)  # a tiering pass or more: nothing, the topic is not lake-enabled
+        assert not (lake / "later").exists()
+        admin.alter_topic("later", {"lake.enabled": "true"})  # the running broker's open log takes it
+    wait_tiered(lake, "later", 0, 2 * PER_BATCH)
+    assert_rows_exactly(lake, "later", 0, 2 * PER_BATCH)
+    broker.stop()
+
+
+TYPED_V1 = {
+    "type": "record",
+    "name": "Click",
+    "fields": [
+        {"name": "page", "type": "string"},
+        {"name": "ms", "type": "long"},
+        {"name": "tags", "type": {"type": "array", "items": "string"}},
+    ],
+}
+COUNTRY = {"name": "country", "type": ["null", "string"], "default": None}
+TYPED_V2 = {**TYPED_V1, "fields": [*TYPED_V1["fields"], COUNTRY]}
+
+
+def click(i: int, **more: object) -> dict:
+    return {"page": f"/p{i}-" + "x" * 300, "ms": i, "tags": [f"t{i % 3}"], **more}
+
+
+@pytest.mark.slow
+def test_a_typed_topic_is_tiered_as_a_struct_that_follows_schema_evolution(
+    sparklog_connect: str, child_processes: ProcessGroup, tmp_path: Path
+) -> None:
+    lake = tmp_path / "lake"
+    broker = lake_broker(sparklog_connect, tmp_path, child_processes, lake).start()
+    with Admin(sparklog_connect) as admin:
+        admin.create_topic("typed", 1, 1, LAKE_TOPIC, value_schema=json.dumps(TYPED_V1))
+        with Producer(sparklog_connect, acks="all", linger_ms=0) as producer:
+            producer.send_batch("typed", {"value": [click(i) for i in range(5)]}, partition=0)
+        admin.register_schema("typed", json.dumps(TYPED_V2))
+        time.sleep(1.0)  # the broker and the producer follow the new version by watches
+        with Producer(sparklog_connect, acks="all", linger_ms=0) as producer:
+            for first in (5, 8):  # the new version starts a segment; the second batch rolls it
+                batch = [click(i, country="NO") for i in range(first, first + 3)]
+                producer.send_batch("typed", {"value": batch}, partition=0)
+    wait_tiered(lake, "typed", 0, 8)
+    rows = DeltaTable(str(lake / "typed")).to_pyarrow_table().sort_by("offset")
+    assert rows["offset"].to_pylist() == list(range(8))
+    assert rows["value"].to_pylist() == [{**click(i), "country": None} for i in range(5)] + [
+        click(i, country="NO") for i in range(5, 8)
+    ]
+    broker.stop()
+
+
+@pytest.mark.slow
+def test_followers_delete_tiered_segments_too(
+    sparklog_connect: str, child_processes: ProcessGroup, tmp_path: Path
+) -> None:
+    lake = tmp_path / "lake"
+    cluster = Cluster(
+        sparklog_connect, tmp_path, child_processes, brokers=2, broker_args=lambda _i, _port: ("--lake-dir", str(lake))
+    ).start()
+    try:
+        with Admin(sparklog_connect) as admin:
+            admin.create_topic("both", 1, 2, {**LAKE_TOPIC, "local.retention.bytes": "0", "retention.ms": "-1"})
+        cluster.wait_full_isr("both")
+        produce_batches(sparklog_connect, "both", 0, 4)
+        wait_tiered(lake, "both", 0, 3 * PER_BATCH)
+        for broker in cluster.brokers.values():  # the follower learns the lake offset from ZooKeeper
+            wait_for(
+                lambda b=broker: segment_bases(b.data_dir, "both", 0) == [30],
+                45,
+                f"broker {broker.broker_id}'s tiered segments deleted",
+                interval=0.5,
+            )
+        assert_rows_exactly(lake, "both", 0, 3 * PER_BATCH)
+    finally:
+        cluster.close()
