@@ -13,17 +13,12 @@ BAD_READS = [
     ({"subscribe": "a", "startingOffset": "earliest"}, "'startingoffset'; did you mean 'startingOffsets'"),
     ({"subscribe": "a", "subscribePattern": "a.*"}, "'subscribe' and 'subscribePattern' contradict"),
     ({"topic": "a", "subscribe": "b"}, "'topic' and 'subscribe' contradict"),
-    ({}, "one of the options 'subscribe', 'topic' or 'subscribePattern'"),
-    (
-        {"subscribe": "a", "startingOffsets": "earliest", "startingTimestamp": "0"},
-        "'startingOffsets' and 'startingTimestamp'",
-    ),
+    ({}, "one of the options 'subscribe', 'subscribePattern', 'assign' or 'topic'"),
     ({"subscribe": "a", "startingOffsets": "{not json"}, "'startingOffsets'"),
     ({"subscribe": "a", "startingOffsets": '{"b": {"0": 1}}'}, "'startingOffsets': names topic 'b'"),
     ({"subscribe": "a", "startingOffsets": '{"a": {"0": -3}}'}, "'startingOffsets'"),
     ({"subscribe": "a", "startingOffsets": "group"}, "'startingOffsets': is 'group' but the option 'group'"),
     ({"subscribe": "a", "endingOffsets": "earliest"}, "'endingOffsets'"),
-    ({"subscribe": "a", "endingOffsets": "latest", "endingTimestamp": "5"}, "'endingOffsets' and 'endingTimestamp'"),
     ({"subscribe": "a", "startingTimestamp": "yesterday"}, "'startingTimestamp'"),
     ({"subscribe": "a", "maxRecordsPerTrigger": "0"}, "'maxRecordsPerTrigger'"),
     ({"subscribe": "a", "minPartitions": "many"}, "'minPartitions'"),
@@ -65,6 +60,22 @@ def test_good_read_options():
     assert parse_read_options({"topic": "a", "startingtimestamp": "2026-01-01T00:00:00Z"}).starting_timestamp == (
         1_767_225_600_000
     )
+
+
+def test_timestamps_take_precedence_over_offsets_as_in_kafka():
+    """Kafka's order: <edge>Timestamp, then <edge>OffsetsByTimestamp, then <edge>Offsets."""
+    both = {"subscribe": "a", "startingoffsets": "earliest", "startingtimestamp": "5", "endingoffsets": "latest"}
+    opts = parse_read_options({**both, "endingoffsetsbytimestamp": '{"a": {"0": 7}}', "endingtimestamp": "9"})
+    assert (opts.starting, opts.starting_timestamp, opts.ending, opts.ending_timestamp) == (
+        "timestamp",
+        5,
+        "timestamp",
+        9,
+    )
+    opts = parse_read_options(
+        {"subscribe": "a", "startingoffsets": "earliest", "startingoffsetsbytimestamp": '{"a": {"0": 7}}'}
+    )
+    assert (opts.starting, opts.starting_json) == ("timestamps", {"a": {0: 7}})
 
 
 def test_bad_write_options():
