@@ -259,6 +259,11 @@ class Subscription:
     pattern: str | None = None
     assigned: tuple[tuple[str, int], ...] = ()
 
+    @property
+    def named(self) -> tuple[str, ...]:
+        """The topics named by ``subscribe`` or ``assign`` (none for a pattern)."""
+        return self.topics or tuple(dict.fromkeys(t for t, _ in self.assigned))
+
     def matches(self, topic: str) -> bool:
         if self.pattern is not None:
             return not topic.startswith(INTERNAL_TOPIC_PREFIX) and re.fullmatch(self.pattern, topic) is not None
