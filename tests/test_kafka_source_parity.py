@@ -272,6 +272,8 @@ def test_kafka_group_id_is_the_commit_group_and_group_id_prefix_is_accepted(spar
     assert sum(len(rows) for rows in batches.values()) == 40
     with ClusterMetadata(zk) as meta:  # no consumer group membership: nothing under the prefix
         assert not [g for g in meta.groups() if g.startswith(prefix)]
+    # a Kafka batch job may carry kafka.group.id: batch reads commit nothing
+    assert values(batch(spark, zk, subscribe=topic, **{"kafka.group.id": group})) == list(range(40))
     with pytest.raises(InvalidRequest, match="'group' and 'kafka.group.id' contradict"):
         parse_read_options({"subscribe": topic, "group": "a", "kafka.group.id": "b"})
 

@@ -530,7 +530,9 @@ def check_batch_read(options: ReadOptions) -> None:
                         "startingOffsets",
                         f"startingOffsets for {topic}-{partition} can't be latest (-1) for batch queries",
                     )
-    if options.group is not None and options.starting != "group":
+    # Kafka's batch jobs may carry kafka.group.id (batch reads commit nothing: it is only read with
+    # startingOffsets=group); sparklog's own 'group' there is a mistake worth saying
+    if options.has("group") and options.starting != "group":
         raise _fail("group", "on a batch read is only used with startingOffsets=group (batch reads commit nothing)")
     for key in ("maxOffsetsPerTrigger", "maxRecordsPerTrigger", "minOffsetsPerTrigger", "maxTriggerDelay"):
         if options.has(key):
