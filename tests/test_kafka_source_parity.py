@@ -27,6 +27,7 @@ from sparklog.client.admin import Admin
 from sparklog.coordination.cluster import ClusterMetadata
 from sparklog.datasource import kafka_settings
 from sparklog.datasource.options import parse_read_options
+from sparklog.datasource.progress import OffsetsBehindLatest, offsets_behind_latest
 from sparklog.datasource.query_start import start_stream
 from sparklog.datasource.reader import SparklogBatchReader, read_range, spark_schema
 from sparklog.errors import InvalidRequest
@@ -324,3 +325,30 @@ def test_batch_refuses_latest_starting_offsets_as_kafka_does(spark, spark_cluste
     with pytest.raises(Exception, match=rf"startingOffsets for {topic}-0 can't be latest"):
         batch(spark, zk, subscribe=topic, startingOffsets=json.dumps({topic: {"0": -1}})).collect()
     assert values(batch(spark, zk, subscribe=topic, startingOffsets="earliest")) == list(range(10))
+
+
+def test_offsets_behind_latest_from_progress(spark, spark_cluster, tmp_path):
+    """Kafka's lag metrics, computed from the progress the sparklog source reports (latestOffset)."""
+    zk = spark_cluster.zookeeper
+    topic = create_topic(zk, 2)
+    produce(zk, topic, 0, 100, 2, headers=False)  # 50 per partition
+    listener = OffsetsBehindLatest()
+    spark.streams.addListener(listener)
+    try:
+        df = stream_reader(spark, zk, subscribe=topic, startingOffsets="earliest", maxOffsetsPerTrigger=60)
+        query, _ = collect_available_now(df, str(tmp_path / "ckpt"))
+        deadline = time.monotonic() + 30  # listener events arrive asynchronously
+        while not listener.metrics(query.id) or listener.metrics(query.id)[0]["maxOffsetsBehindLatest"] != 0:
+            assert time.monotonic() < deadline, listener.metrics(query.id)
+            time.sleep(0.2)
+    finally:
+        spark.streams.removeListener(listener)
+    first = next(p for p in query.recentProgress if p["numInputRows"])
+    assert offsets_behind_latest(first["sources"][0]) == {
+        "minOffsetsBehindLatest": 20.0,  # 60 admitted: 30 of each partition's 50
+        "maxOffsetsBehindLatest": 20.0,
+        "avgOffsetsBehindLatest": 20.0,
+    }
+    assert listener.metrics(query.id) == [
+        {"minOffsetsBehindLatest": 0.0, "maxOffsetsBehindLatest": 0.0, "avgOffsetsBehindLatest": 0.0}
+    ]
