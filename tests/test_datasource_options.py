@@ -6,24 +6,19 @@ from __future__ import annotations
 import pytest
 
 from sparklog.datasource import offsets
-from sparklog.datasource.options import parse_read_options, parse_write_options
+from sparklog.datasource.options import parse_duration_ms, parse_read_options, parse_write_options
 from sparklog.errors import InvalidRequest
 
 BAD_READS = [
     ({"subscribe": "a", "startingOffset": "earliest"}, "'startingoffset'; did you mean 'startingOffsets'"),
     ({"subscribe": "a", "subscribePattern": "a.*"}, "'subscribe' and 'subscribePattern' contradict"),
     ({"topic": "a", "subscribe": "b"}, "'topic' and 'subscribe' contradict"),
-    ({}, "one of the options 'subscribe', 'topic' or 'subscribePattern'"),
-    (
-        {"subscribe": "a", "startingOffsets": "earliest", "startingTimestamp": "0"},
-        "'startingOffsets' and 'startingTimestamp'",
-    ),
+    ({}, "one of the options 'subscribe', 'subscribePattern', 'assign' or 'topic'"),
     ({"subscribe": "a", "startingOffsets": "{not json"}, "'startingOffsets'"),
     ({"subscribe": "a", "startingOffsets": '{"b": {"0": 1}}'}, "'startingOffsets': names topic 'b'"),
     ({"subscribe": "a", "startingOffsets": '{"a": {"0": -3}}'}, "'startingOffsets'"),
     ({"subscribe": "a", "startingOffsets": "group"}, "'startingOffsets': is 'group' but the option 'group'"),
     ({"subscribe": "a", "endingOffsets": "earliest"}, "'endingOffsets'"),
-    ({"subscribe": "a", "endingOffsets": "latest", "endingTimestamp": "5"}, "'endingOffsets' and 'endingTimestamp'"),
     ({"subscribe": "a", "startingTimestamp": "yesterday"}, "'startingTimestamp'"),
     ({"subscribe": "a", "maxRecordsPerTrigger": "0"}, "'maxRecordsPerTrigger'"),
     ({"subscribe": "a", "minPartitions": "many"}, "'minPartitions'"),
@@ -65,6 +60,22 @@ def test_good_read_options():
     assert parse_read_options({"topic": "a", "startingtimestamp": "2026-01-01T00:00:00Z"}).starting_timestamp == (
         1_767_225_600_000
     )
+
+
+def test_timestamps_take_precedence_over_offsets_as_in_kafka():
+    """Kafka's order: <edge>Timestamp, then <edge>OffsetsByTimestamp, then <edge>Offsets."""
+    both = {"subscribe": "a", "startingoffsets": "earliest", "startingtimestamp": "5", "endingoffsets": "latest"}
+    opts = parse_read_options({**both, "endingoffsetsbytimestamp": '{"a": {"0": 7}}', "endingtimestamp": "9"})
+    assert (opts.starting, opts.starting_timestamp, opts.ending, opts.ending_timestamp) == (
+        "timestamp",
+        5,
+        "timestamp",
+        9,
+    )
+    opts = parse_read_options(
+        {"subscribe": "a", "startingoffsets": "earliest", "startingoffsetsbytimestamp": '{"a": {"0": 7}}'}
+    )
+    assert (opts.starting, opts.starting_json) == ("timestamps", {"a": {0: 7}})
 
 
 def test_bad_write_options():
@@ -121,3 +132,37 @@ def test_spark_load_fails_naming_the_option(spark):
         spark.readStream.format("sparklog").option("subscribe", "a").option("maxRecordsPerTrigger", "-5").load()
     with pytest.raises(Exception, match="'failOnDataLoss'"):
         read(subscribe="a", failOnDataLoss="maybe")
+
+
+def test_max_records_per_partition_splits_before_min_partitions():
+    ranges = [offsets.Range("t", 0, 0, 65), offsets.Range("t", 1, 100, 110)]
+    split = offsets.split_ranges(ranges, None, 20)
+    assert [(r.partition, r.start, r.end) for r in split] == [
+        (0, 0, 16),
+        (0, 16, 32),
+        (0, 32, 49),
+        (0, 49, 65),
+        (1, 100, 110),
+    ]
+    assert len(offsets.split_ranges(ranges, 9, 20)) >= 9
+
+
+def test_kafka_style_values():
+    assert [parse_duration_ms("maxTriggerDelay", v) for v in ("15m", "10s", "250ms", "2h", "1d", "40")] == [
+        900_000,
+        10_000,
+        250,
+        7_200_000,
+        86_400_000,
+        40,
+    ]
+    assert parse_read_options({"assign": '{"b": [2, 0], "a": [1]}'}).subscription.assigned == (
+        ("a", 1),
+        ("b", 0),
+        ("b", 2),
+    )
+    for bad, message in (('{"a": []}', "needs a list"), ('{"a": [-1]}', "not a partition number"), ("a", "No topic")):
+        with pytest.raises(InvalidRequest, match=message):
+            parse_read_options({"assign": bad})
+    with pytest.raises(InvalidRequest, match="'startingOffsetsByTimestampStrategy'"):
+        parse_read_options({"subscribe": "a", "startingoffsetsbytimestampstrategy": "earliest"})

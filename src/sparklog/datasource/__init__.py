@@ -8,33 +8,43 @@ sparklog.datasource.register(spark)
 events = (spark.readStream.format("sparklog")
           .option("zookeeper", "127.0.0.1:2181").option("subscribe", "events")
           .option("startingOffsets", "earliest").option("group", "dashboard")
-          .load())                      # key, value, topic, partition, offset, timestamp[, headers]
+          .load())              # key, value, topic, partition, offset, timestamp, timestampType[, headers]
 (events.selectExpr("key", "upper(cast(value as string)) as value")
        .writeStream.format("sparklog").option("topic", "events-upper")
        .option("checkpointLocation", "/tmp/ckpt").trigger(availableNow=True).start())
 ```
 
-Read options (Kafka connector names): ``bootstrap.servers`` / ``kafka.bootstrap.servers``
-(``host:port,...``: the job talks to brokers only and opens no ZooKeeper session) or ``zookeeper``
-(default ``$SPARKLOG_ZOOKEEPER`` or ``127.0.0.1:2181``); one of ``subscribe`` / ``topic`` (comma
-list) or ``subscribePattern`` (regex, new matching topics and partitions are picked up);
-``startingOffsets`` (``earliest``, ``latest``, ``group``, or JSON ``{"topic": {"0": 23}}`` with -2 =
-earliest, -1 = latest; partitions left out start at earliest; default ``latest`` for streams,
-``earliest`` for batch) or ``startingTimestamp`` (ms or ISO-8601); batch only: ``endingOffsets``
-(``latest`` or JSON) or ``endingTimestamp``; ``maxRecordsPerTrigger`` (stream admission control,
-also honoured by ``Trigger.AvailableNow``); ``minPartitions`` (split large offset ranges); ``group``
-(commit each finished micro-batch's end offsets to ZooKeeper, see
-:mod:`sparklog.datasource.stream_reader`; ``startingOffsets=group`` resumes from them, from the
-earliest offset where nothing is committed); ``failOnDataLoss`` (default true: fail when retention
-deleted offsets before they were read; false: skip ahead with a warning; compaction gaps are never
-data loss); ``includeHeaders`` (default false); ``fields`` (typed topics: comma-separated value
-fields, nested as ``address.zip``; the broker sends only those).
+Read options: the Kafka source's, with its meanings, defaults and messages (the whole table, and
+what differs, is in ``docs/migrating-from-kafka.md``). ``kafka.bootstrap.servers`` /
+``bootstrap.servers`` (``host:port,...``: the job talks to brokers only and opens no ZooKeeper
+session) or ``zookeeper`` (default ``$SPARKLOG_ZOOKEEPER`` or ``127.0.0.1:2181``); other ``kafka.*``
+client settings are mapped, refused or ignored with one warning
+(:mod:`sparklog.datasource.kafka_settings`). One of ``subscribe`` (alias ``topic``; comma list),
+``subscribePattern`` (regex, new matching topics and partitions are picked up) or ``assign`` (JSON
+``{"topic": [0, 1]}``). ``startingTimestamp``, ``startingOffsetsByTimestamp`` or ``startingOffsets``
+(in that precedence; ``earliest``, ``latest``, ``group``, or JSON ``{"topic": {"0": 23}}`` with -2 =
+earliest, -1 = latest, naming every partition read; default ``latest`` for streams, ``earliest`` for
+batch, where ``latest`` is refused); ``startingOffsetsByTimestampStrategy`` (``error`` or
+``latest``: what a partition with no record that recent does); batch only: ``endingTimestamp``,
+``endingOffsetsByTimestamp`` or ``endingOffsets``. Streams: ``maxOffsetsPerTrigger`` (alias
+``maxRecordsPerTrigger``; also honoured by ``Trigger.AvailableNow``), ``minOffsetsPerTrigger`` and
+``maxTriggerDelay`` (see :mod:`sparklog.datasource.stream_reader`). ``minPartitions`` and
+``maxRecordsPerPartition`` split large offset ranges. ``group`` / ``kafka.group.id`` (commit each
+finished micro-batch's end offsets to that group; ``startingOffsets=group`` resumes from them, from
+the earliest offset where nothing is committed); ``groupIdPrefix`` is accepted and ignored (the
+source joins no consumer group). ``failOnDataLoss`` (default true: fail when retention deleted
+offsets before they were read; false: skip ahead with a warning; compaction gaps are never data
+loss); ``includeHeaders`` (default false); ``fields`` (typed topics: comma-separated value fields,
+nested as ``address.zip``; the broker sends only those); ``kafkaConsumer.pollTimeoutMs`` (default
+120000: how long an executor keeps retrying a partition's leader), ``fetchOffset.numRetries`` and
+``fetchOffset.retryIntervalMs`` (defaults 3 and 10: the driver's offsets lookups).
 
-Schema: ``key`` binary, ``value`` binary (or, for typed topics, a struct of the latest value schema
-version, see :mod:`sparklog.datasource.typed`), ``topic`` string, ``partition`` int, ``offset`` long,
-``timestamp`` timestamp, and ``headers`` array<struct<key string, value binary>> with
-``includeHeaders``. Reads yield Arrow record batches (one input partition per topic partition and
-offset range; ``minPartitions`` splits large ranges).
+Schema (Kafka's, in its order): ``key`` binary, ``value`` binary (or, for typed topics, a struct of
+the latest value schema version, see :mod:`sparklog.datasource.typed`), ``topic`` string,
+``partition`` int, ``offset`` long, ``timestamp`` timestamp, ``timestampType`` int (0 CreateTime, 1
+LogAppendTime: the topic's ``message.timestamp.type``), and ``headers``
+array<struct<key string, value binary>> with ``includeHeaders``. Reads yield Arrow record batches
+(one input partition per topic partition and offset range, split as the options say).
 
 Write options: ``bootstrap.servers`` / ``kafka.bootstrap.servers`` or ``zookeeper``, ``topic``
 (every row's topic: it overrides a ``topic`` column, as in Kafka's sink), ``batchRecords`` (rows per

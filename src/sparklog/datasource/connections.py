@@ -123,15 +123,6 @@ def parallel(fn: Callable[[Any], T], items: Iterable[Any], threads: int = 16) ->
         return list(pool.map(fn, items))
 
 
-def list_offsets(
-    client: ClusterClient, partitions: Iterable[tuple[str, int]], timestamp: int | None = None
-) -> dict[tuple[str, int], dict[str, Any]]:
-    """``list_offsets`` of many partitions at once: {(topic, partition): {log_start_offset, high_watermark, ...}}."""
-    tps = list(partitions)
-    results = parallel(lambda tp: client.list_offsets(tp[0], tp[1], timestamp=timestamp), tps)
-    return dict(zip(tps, results, strict=True))
-
-
 def leader_location(client: ClusterClient, topic: str, partition: int) -> str | None:
     try:
         return client.leader(topic, partition).location
@@ -148,12 +139,14 @@ def fetch(
     max_bytes: int,
     leader_hint: str | None = None,
     fields: Sequence[str] | None = None,
+    deadline: float | None = None,
 ) -> Iterator[pa.RecordBatch]:
     """Stored record batches of a partition from the batch holding ``offset`` on (about ``max_bytes``
     of them; the first may start before ``offset``), from its leader: first the ``leader_hint``
     location (no metadata needed), then whatever the cluster's metadata says, following NotLeader and unreachable
     brokers like :meth:`ClusterClient.call_leader`. Errors before the first batch are retried here;
-    a stream that breaks later raises (the caller resumes from the offset it reached)."""
+    a stream that breaks later raises (the caller resumes from the offset it reached). ``deadline``
+    (``time.monotonic()``): when finding the leader stops being retried (default: the client's)."""
     request: dict[str, Any] = {
         "topic": topic,
         "partition": partition,
@@ -188,7 +181,9 @@ def fetch(
                 forget_flight(leader_hint)
     if opened is None:
         client = cluster_client(address)
-        opened = client.call_leader(topic, partition, lambda c, _b: open_stream(c), connection=connection)
+        opened = client.call_leader(
+            topic, partition, lambda c, _b: open_stream(c), deadline=deadline, connection=connection
+        )
     reader, first = opened
     if first is None:
         return

@@ -1,5 +1,6 @@
 """Offsets of a sparklog read: the offsets object, partition discovery, where reads start and end,
-admission control (``maxRecordsPerTrigger``), data-loss checks and splitting into input partitions.
+admission control (``maxOffsetsPerTrigger``, ``minOffsetsPerTrigger``), data-loss checks and splitting
+into input partitions (``minPartitions``, ``maxRecordsPerPartition``).
 
 The offsets object Spark checkpoints is Kafka's: ``{"topic": {"partition": offset}}`` where each
 offset is the *next* offset to read (exclusive end of what was read), topics and partitions in sorted
@@ -11,17 +12,20 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
-from collections.abc import Iterable, Mapping
-from typing import Any
+import time
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, TypeVar
 
 from sparklog.client.cluster_client import ClusterClient
-from sparklog.datasource.options import EARLIEST, LATEST, ReadOptions, Subscription
-from sparklog.errors import InvalidRequest, OffsetOutOfRange, UnknownTopic
+from sparklog.datasource import connections
+from sparklog.datasource.options import EARLIEST, LATEST, OffsetSpec, ReadOptions, Subscription
+from sparklog.errors import InvalidRequest, OffsetOutOfRange, SparklogError, UnknownTopic
 
 log = logging.getLogger("sparklog.datasource")
 
 TP = tuple[str, int]
 Offsets = dict[TP, int]
+T = TypeVar("T")
 
 
 def to_json(offsets: Mapping[TP, int]) -> dict[str, dict[str, int]]:
@@ -49,6 +53,8 @@ def discover(client: ClusterClient, subscription: Subscription, require_topics: 
     """Every (topic, partition) the subscription covers now (topics read fresh, so new
     topics matching a pattern and new partitions are picked up). Subscribed topics that do not exist
     are skipped, or fail with ``require_topics``."""
+    if subscription.assigned:
+        return _assigned(client, subscription)
     if subscription.pattern is not None:
         topics = [t for t in client.view.topics() if subscription.matches(t)]
     else:
@@ -63,6 +69,77 @@ def discover(client: ClusterClient, subscription: Subscription, require_topics: 
             continue
         out.extend((topic, p) for p in range(meta.partitions))
     return sorted(out)
+
+
+def _assigned(client: ClusterClient, subscription: Subscription) -> list[TP]:
+    """``assign``: exactly the partitions named, each of which must exist."""
+    sizes: dict[str, int] = {}
+    for topic, partition in subscription.assigned:
+        if topic not in sizes:
+            try:
+                sizes[topic] = client.topic(topic, refresh=True).partitions
+            except UnknownTopic:
+                raise UnknownTopic(f"sparklog option 'assign': topic {topic!r} does not exist") from None
+        if partition >= sizes[topic]:
+            raise UnknownTopic(
+                f"sparklog option 'assign': {topic}-{partition} does not exist ({topic} has {sizes[topic]} partitions)"
+            )
+    return list(subscription.assigned)
+
+
+# ------------------------------------------------------------------------------------------ lookups
+def with_retries(options: ReadOptions, what: str, call: Callable[[], T]) -> T:
+    """``call()`` (a driver-side offsets lookup), tried again up to ``fetchOffset.numRetries`` times,
+    ``fetchOffset.retryIntervalMs`` apart, when it fails with a retriable error (each attempt itself
+    follows leader changes)."""
+    attempt = 0
+    while True:
+        try:
+            return call()
+        except SparklogError as exc:
+            if not exc.retriable:
+                raise
+            if attempt >= options.fetch_offset_retries:
+                attempts = f"{attempt + 1} attempt{'s' if attempt else ''}"
+                raise type(exc)(
+                    f"sparklog: could not fetch {what} after {attempts} (fetchOffset.numRetries="
+                    f"{options.fetch_offset_retries}): {exc}"
+                ) from exc
+            attempt += 1
+            log.info("sparklog: fetching %s failed (%s); retry %d", what, exc, attempt)
+            time.sleep(options.fetch_offset_retry_interval_ms / 1000)
+
+
+def list_offsets(
+    client: ClusterClient, options: ReadOptions, tps: Iterable[TP], timestamps: Mapping[TP, int] | None = None
+) -> dict[TP, dict[str, Any]]:
+    """list_offsets of every partition (with ``timestamps``: the first offset at or after each one's
+    time, ``offset_for_time``), retried as the options say."""
+    tps = list(tps)
+
+    def one(tp: TP) -> dict[str, Any]:
+        return client.list_offsets(*tp, timestamp=None if timestamps is None else timestamps[tp])
+
+    return with_retries(options, "offsets", lambda: dict(zip(tps, connections.parallel(one, tps), strict=True)))
+
+
+def _check_all_named(key: str, spec: OffsetSpec, tps: Iterable[TP], hint: str) -> None:
+    """Kafka's rule: specific offsets (or timestamps) must name exactly the partitions read."""
+    named = {(t, p) for t, parts in spec.items() for p in parts}
+    read = set(tps)
+    if named == read:
+        return
+    missing = ", ".join(map(describe, sorted(read - named)))
+    extra = ", ".join(map(describe, sorted(named - read)))
+    problems = [f"leaves out {missing}" if missing else "", f"names {extra}, which are not read" if extra else ""]
+    raise InvalidRequest(
+        f"sparklog option '{key}' gives specific offsets, so it must name every partition read; it "
+        f"{' and '.join(p for p in problems if p)}. {hint}"
+    )
+
+
+def _spec_timestamps(spec: OffsetSpec, tps: Iterable[TP]) -> dict[TP, int]:
+    return {tp: spec[tp[0]][tp[1]] for tp in tps}
 
 
 # ------------------------------------------------------------------------------------------ positions
@@ -87,10 +164,15 @@ def starting_offsets(
         assert options.group is not None
         committed = client.view.committed_offsets(options.group)
     by_time: dict[TP, Mapping[str, Any]] = {}
-    if mode == "timestamp":
-        from sparklog.datasource.connections import list_offsets
-
-        by_time = list_offsets(client, listed, timestamp=options.starting_timestamp)
+    if mode == "json":
+        _check_all_named("startingOffsets", options.starting_json or {}, listed, "Use -1 for latest, -2 for earliest.")
+    elif mode == "timestamp":
+        assert options.starting_timestamp is not None
+        by_time = list_offsets(client, options, listed, {tp: options.starting_timestamp for tp in listed})
+    elif mode == "timestamps":
+        spec = options.starting_json or {}
+        _check_all_named("startingOffsetsByTimestamp", spec, listed, "Give a timestamp for each partition.")
+        by_time = list_offsets(client, options, listed, _spec_timestamps(spec, listed))
     out: Offsets = {}
     for tp, info in listed.items():
         start, end = int(info["log_start_offset"]), int(info["high_watermark"])
@@ -100,9 +182,9 @@ def starting_offsets(
             out[tp] = end
         elif mode == "group":
             out[tp] = committed.get(tp, start)  # nothing committed yet: from the beginning
-        elif mode == "timestamp":
+        elif mode in ("timestamp", "timestamps"):
             found = by_time[tp].get("offset_for_time")
-            out[tp] = end if found is None else int(found)
+            out[tp] = _no_match(options, tp, end) if found is None else int(found)
         else:  # json
             given = _lookup(options.starting_json, tp)
             if given is None or given == EARLIEST:
@@ -114,17 +196,39 @@ def starting_offsets(
     return out
 
 
+def _no_match(options: ReadOptions, tp: TP, end: int) -> int:
+    """A starting timestamp after every record of ``tp``: fail (Kafka's default), or start at the
+    latest offset with ``startingOffsetsByTimestampStrategy=latest``."""
+    if options.starting_strategy == "latest":
+        return end
+    if options.starting == "timestamp":
+        when, key = options.starting_timestamp, "startingTimestamp"
+    else:
+        when, key = _lookup(options.starting_json, tp), "startingOffsetsByTimestamp"
+    raise InvalidRequest(
+        f"sparklog: no offset matched from request of topic-partition {describe(tp)} and timestamp {when} "
+        f"(option '{key}': no record is that recent); set startingOffsetsByTimestampStrategy=latest to "
+        "start at the latest offset instead"
+    )
+
+
 def ending_offsets(client: ClusterClient, options: ReadOptions, listed: Mapping[TP, Mapping[str, Any]]) -> Offsets:
-    """Where a batch read ends on each partition (exclusive)."""
+    """Where a batch read ends on each partition (exclusive); a time after every record is the latest
+    offset (Kafka's rule for ending timestamps)."""
     by_time: dict[TP, Mapping[str, Any]] = {}
     if options.ending == "timestamp":
-        from sparklog.datasource.connections import list_offsets
-
-        by_time = list_offsets(client, listed, timestamp=options.ending_timestamp)
+        assert options.ending_timestamp is not None
+        by_time = list_offsets(client, options, listed, {tp: options.ending_timestamp for tp in listed})
+    elif options.ending == "timestamps":
+        spec = options.ending_json or {}
+        _check_all_named("endingOffsetsByTimestamp", spec, listed, "Give a timestamp for each partition.")
+        by_time = list_offsets(client, options, listed, _spec_timestamps(spec, listed))
+    elif options.ending == "json":
+        _check_all_named("endingOffsets", options.ending_json or {}, listed, "Use -1 for latest.")
     out: Offsets = {}
     for tp, info in listed.items():
         end = int(info["high_watermark"])
-        if options.ending == "timestamp":
+        if options.ending in ("timestamp", "timestamps"):
             found = by_time[tp].get("offset_for_time")
             out[tp] = end if found is None else int(found)
         elif options.ending == "json":
@@ -201,6 +305,11 @@ def limit_rows(begin: Offsets, end: Offsets, max_rows: int) -> Offsets:
     return {tp: (begin.get(tp, end[tp]) + take[tp]) if tp in begin else end[tp] for tp in end}
 
 
+def waiting(begin: Offsets, end: Offsets) -> int:
+    """How many offsets wait between ``begin`` and ``end`` (partitions new in ``end`` count from 0)."""
+    return sum(max(0, off - begin.get(tp, 0)) for tp, off in end.items())
+
+
 # ------------------------------------------------------------------------------------------ splitting
 @dataclasses.dataclass(frozen=True)
 class Range:
@@ -214,17 +323,25 @@ class Range:
         return self.end - self.start
 
 
-def split_ranges(ranges: Iterable[Range], min_partitions: int | None) -> list[Range]:
-    """One range per topic partition; with ``minPartitions`` above that count, large ranges are cut
-    into pieces in proportion to their size (like Spark's Kafka source)."""
+def _divide(r: Range, pieces: int) -> list[Range]:
+    step = r.size / pieces
+    bounds = [r.start + round(i * step) for i in range(pieces)] + [r.end]
+    return [Range(r.topic, r.partition, a, b) for a, b in zip(bounds, bounds[1:], strict=False) if b > a]
+
+
+def split_ranges(
+    ranges: Iterable[Range], min_partitions: int | None, max_records_per_partition: int | None = None
+) -> list[Range]:
+    """One range per topic partition. ``maxRecordsPerPartition`` cuts every range into pieces of at
+    most that many offsets; then, if that leaves fewer than ``minPartitions``, large ranges are cut
+    into pieces in proportion to their size (the order of Spark's Kafka source)."""
     ranges = [r for r in ranges if r.size > 0]
+    if max_records_per_partition:
+        ranges = [piece for r in ranges for piece in _divide(r, math.ceil(r.size / max_records_per_partition))]
     if not min_partitions or min_partitions <= len(ranges):
         return ranges
     total = sum(r.size for r in ranges)
     out: list[Range] = []
     for r in ranges:
-        pieces = max(1, min(r.size, round(min_partitions * r.size / total)))
-        step = r.size / pieces
-        bounds = [r.start + round(i * step) for i in range(pieces)] + [r.end]
-        out.extend(Range(r.topic, r.partition, a, b) for a, b in zip(bounds, bounds[1:], strict=False) if b > a)
+        out.extend(_divide(r, max(1, min(r.size, round(min_partitions * r.size / total)))))
     return out

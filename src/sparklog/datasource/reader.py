@@ -5,8 +5,8 @@ Arrow conversion (shared by batch and streaming reads), and the batch reader.
 :class:`OffsetRangePartition` (connect string, range, leader location, flags). It fetches stored
 batches from the partition's leader over Arrow Flight and yields ``pyarrow.RecordBatch`` es already
 in Spark's Arrow schema (``to_arrow_schema(schema, timezone="UTC")``): columns are converted whole with
-pyarrow (timestamp ms -> us, constant ``topic``/``partition`` columns, headers dropped unless asked
-for), never row by row in Python.
+pyarrow (timestamp ms -> us, constant ``topic``/``partition``/``timestampType`` columns, headers
+dropped unless asked for), never row by row in Python.
 """
 
 from __future__ import annotations
@@ -43,7 +43,9 @@ log = logging.getLogger("sparklog.datasource")
 
 FETCH_MAX_BYTES = 16 << 20
 YIELD_ROWS = 10_000  # small stored batches are combined up to this many rows for Spark; larger ones pass uncopied
-READ_RETRIES = 20
+RETRY_BACKOFF_S = 0.1
+# Kafka's timestampType column: a topic's message.timestamp.type
+TIMESTAMP_TYPES = {"CreateTime": 0, "LogAppendTime": 1}
 
 
 def spark_schema(include_headers: bool, value_type: DataType | None = None) -> StructType:
@@ -56,6 +58,7 @@ def spark_schema(include_headers: bool, value_type: DataType | None = None) -> S
         StructField("partition", IntegerType()),
         StructField("offset", LongType()),
         StructField("timestamp", TimestampType()),
+        StructField("timestampType", IntegerType()),
     ]
     if include_headers:
         header = StructType([StructField("key", StringType()), StructField("value", BinaryType())])
@@ -95,18 +98,23 @@ class OffsetRangePartition(InputPartition):
     schema: pa.Schema
     fields: tuple[str, ...] | None
     fail_on_data_loss: bool
+    timestamp_type: int = 0  # 0 CreateTime, 1 LogAppendTime (the topic's message.timestamp.type)
+    poll_timeout_ms: int = 120_000  # kafkaConsumer.pollTimeoutMs: how long a fetch may keep failing
 
 
 def plan_partitions(
     options: ReadOptions, schema: pa.Schema, client: Any, begin: offsets.Offsets, end: offsets.Offsets
 ) -> list[OffsetRangePartition]:
     ranges = [offsets.Range(t, p, begin[(t, p)], end[(t, p)]) for (t, p) in sorted(end) if (t, p) in begin]
-    ranges = offsets.split_ranges(ranges, options.min_partitions)
+    ranges = offsets.split_ranges(ranges, options.min_partitions, options.max_records_per_partition)
     leaders: dict[tuple[str, int], str | None] = {}
+    timestamp_types: dict[str, int] = {}
     for r in ranges:
         tp = (r.topic, r.partition)
         if tp not in leaders:
             leaders[tp] = connections.leader_location(client, r.topic, r.partition)
+        if r.topic not in timestamp_types:
+            timestamp_types[r.topic] = TIMESTAMP_TYPES[client.topic(r.topic).config.message_timestamp_type]
     return [
         OffsetRangePartition(
             options.address,
@@ -118,6 +126,8 @@ def plan_partitions(
             schema,
             options.fields,
             options.fail_on_data_loss,
+            timestamp_types[r.topic],
+            options.poll_timeout_ms,
         )
         for r in ranges
     ]
@@ -127,18 +137,19 @@ def plan_partitions(
 class _Converter:
     """Fetched batches (offset, timestamp ms, key, value, headers) -> Spark's Arrow schema."""
 
-    def __init__(self, topic: str, partition: int, schema: pa.Schema) -> None:
+    def __init__(self, topic: str, partition: int, schema: pa.Schema, timestamp_type: int = 0) -> None:
         self.schema = schema
         self.where = f"{topic}-{partition}"
         self.include_headers = "headers" in schema.names
         self.topic_bytes = topic.encode()
         self.partition = partition
+        self.timestamp_type = timestamp_type
         self.ts_type = schema.field("timestamp").type
         self.value_type = schema.field("value").type
         self.headers_type = schema.field("headers").type if self.include_headers else None
         self._constant: dict[int, tuple[pa.Array, pa.Array]] = {}
 
-    def _constants(self, n: int) -> tuple[pa.Array, pa.Array]:
+    def _constants(self, n: int) -> tuple[pa.Array, pa.Array, pa.Array]:
         cached = self._constant.get(n)
         if cached is None:
             width = len(self.topic_bytes)
@@ -149,13 +160,16 @@ class _Converter:
             part = pa.Array.from_buffers(
                 pa.int32(), n, [None, pa.py_buffer(np.full(n, self.partition, dtype=np.int32))]
             )
-            cached = (topic, part)
+            kind = pa.Array.from_buffers(
+                pa.int32(), n, [None, pa.py_buffer(np.full(n, self.timestamp_type, dtype=np.int32))]
+            )
+            cached = (topic, part, kind)
             if len(self._constant) < 8:
                 self._constant[n] = cached
         return cached
 
     def convert(self, batch: pa.RecordBatch) -> pa.RecordBatch:
-        topic, part = self._constants(batch.num_rows)
+        topic, part, kind = self._constants(batch.num_rows)
         value = batch.column(3)
         if not value.type.equals(self.value_type):
             value = typed.to_spark_values(value, self.value_type, self.where)
@@ -166,6 +180,7 @@ class _Converter:
             part,
             batch.column(0),
             batch.column(1).cast(self.ts_type),
+            kind,
         ]
         if self.include_headers:
             columns.append(batch.column(4).cast(self.headers_type))
@@ -181,17 +196,25 @@ def read_range(part: OffsetRangePartition) -> Iterator[pa.RecordBatch]:
     """Every record of ``[part.start, part.end)`` in offset order, as Spark-schema Arrow batches."""
     if not isinstance(part, OffsetRangePartition) or part.end <= part.start:
         return
-    convert = _Converter(part.topic, part.partition, part.schema).convert
+    convert = _Converter(part.topic, part.partition, part.schema, part.timestamp_type).convert
     offset, end = part.start, part.end
     pending: list[pa.RecordBatch] = []
     pending_rows = 0
-    failures = 0
+    failing_since: float | None = None  # when the current run of failed fetches began
     where = f"{part.topic}-{part.partition}"
     while offset < end:
         progressed = False
         try:
+            deadline = (time.monotonic() if failing_since is None else failing_since) + part.poll_timeout_ms / 1000
             for stored in connections.fetch(
-                part.address, part.topic, part.partition, offset, FETCH_MAX_BYTES, part.leader, part.fields
+                part.address,
+                part.topic,
+                part.partition,
+                offset,
+                FETCH_MAX_BYTES,
+                part.leader,
+                part.fields,
+                deadline=deadline,
             ):
                 if stored.num_rows == 0:
                     continue
@@ -211,17 +234,23 @@ def read_range(part: OffsetRangePartition) -> Iterator[pa.RecordBatch]:
                     progressed = True
                 if offset >= end:
                     break
-            failures = 0
+            failing_since = None
         except OffsetOutOfRange:
             offset = _after_lost(part, offset, where)
             continue
         except SparklogError as exc:
-            failures += 1
-            if not exc.retriable or failures > READ_RETRIES:
+            now = time.monotonic()
+            failing_since = now if failing_since is None else failing_since
+            if not exc.retriable:
                 raise
+            if now + RETRY_BACKOFF_S - failing_since > part.poll_timeout_ms / 1000:
+                raise type(exc)(
+                    f"sparklog: failed to get records for {where} at offset {offset} after polling for "
+                    f"{part.poll_timeout_ms} ms (kafkaConsumer.pollTimeoutMs): {exc}"
+                ) from exc
             log.info("sparklog read of %s interrupted at offset %d (%s); resuming", where, offset, exc)
             part = dataclasses.replace(part, leader=None)
-            time.sleep(0.1)
+            time.sleep(RETRY_BACKOFF_S)
             continue
         if not progressed and offset < end:
             offset = _after_lost(part, offset, where)
@@ -266,7 +295,7 @@ class SparklogBatchReader(DataSourceReader):
         options = self.options
         client = connections.cluster_client(options.address)
         tps = offsets.discover(client, options.subscription, require_topics=True)
-        listed = connections.list_offsets(client, tps)
+        listed = offsets.list_offsets(client, options, tps)
         begin = offsets.starting_offsets(client, options, listed, streaming=False)
         begin = offsets.check_data_loss(begin, listed, options.fail_on_data_loss)
         end = offsets.ending_offsets(client, options, listed)

@@ -15,11 +15,20 @@ so that run's final batch is committed too, before the query terminates: no
 ``StreamingQueryListener`` is needed. (A query stopped with ``stop()`` between triggers commits its
 last batch when it next starts.) Group commits are advisory: Spark's checkpoint stays the source of
 truth for the query itself.
+
+**Admission control** (Kafka's options). ``maxOffsetsPerTrigger`` (alias ``maxRecordsPerTrigger``)
+caps a micro-batch; ``minOffsetsPerTrigger`` holds a micro-batch back until that many offsets wait or
+``maxTriggerDelay`` (default 15m) passed since the last one, as Kafka's source does (its first
+trigger is never held back). PySpark's read limits cannot be combined, so the default read limit is
+``ReadMinRows`` or ``ReadMaxRows`` and this reader applies both options itself under any limit but
+``ReadAllAvailable``. ``Trigger.AvailableNow`` honours the maximum, never the minimum (it would wait
+for records that never come).
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -29,6 +38,7 @@ from pyspark.sql.streaming.datasource import (
     ReadAllAvailable,
     ReadLimit,
     ReadMaxRows,
+    ReadMinRows,
     SupportsTriggerAvailableNow,
 )
 from pyspark.sql.types import StructType
@@ -50,10 +60,18 @@ class SparklogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._target: offsets.Offsets | None = None  # availableNow: where this run stops
         self._latest: offsets.Offsets | None = None
         self._committed: offsets.Offsets | None = None
+        self._last_trigger_ms = 0.0  # minOffsetsPerTrigger: when the last micro-batch was admitted
 
     # The reader itself is pickled to executors for read(): only options and schema travel.
     def __getstate__(self) -> dict[str, Any]:
-        return {"options": self.options, "schema": self.schema, "_target": None, "_latest": None, "_committed": None}
+        return {
+            "options": self.options,
+            "schema": self.schema,
+            "_target": None,
+            "_latest": None,
+            "_committed": None,
+            "_last_trigger_ms": 0.0,
+        }
 
     @property
     def client(self) -> ClusterClient:
@@ -68,7 +86,7 @@ class SparklogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             except UnknownTopic:
                 return None
 
-        results = connections.parallel(one, tps)
+        results = offsets.with_retries(self.options, "offsets", lambda: connections.parallel(one, tps))
         return {tp: r for tp, r in zip(tps, results, strict=True) if r is not None}
 
     # ------------------------------------------------------------------------------------------ offsets
@@ -79,8 +97,10 @@ class SparklogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return offsets.to_json(begin)
 
     def getDefaultReadLimit(self) -> ReadLimit:
-        n = self.options.max_records_per_trigger
-        return ReadMaxRows(n) if n else ReadAllAvailable()
+        low, high = self.options.min_records_per_trigger, self.options.max_records_per_trigger
+        if low and not high:
+            return ReadMinRows(low)
+        return ReadMaxRows(high) if high else ReadAllAvailable()
 
     def prepareForTriggerAvailableNow(self) -> None:
         tps = offsets.discover(self.client, self.options.subscription)
@@ -110,15 +130,36 @@ class SparklogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if self._target is not None:
             latest = {tp: min(latest[tp], self._target.get(tp, checked[tp])) for tp in latest}
         latest = {tp: max(latest[tp], checked[tp]) for tp in latest}
-        if isinstance(limit, ReadMaxRows):
-            latest = offsets.limit_rows(checked, latest, limit.max_rows)
-        elif not isinstance(limit, ReadAllAvailable):
-            raise InvalidRequest(f"sparklog supports the read limits ReadMaxRows and ReadAllAvailable, not {limit!r}")
+        if not isinstance(limit, ReadAllAvailable | ReadMaxRows | ReadMinRows):
+            raise InvalidRequest(
+                f"sparklog supports the read limits ReadMaxRows, ReadMinRows and ReadAllAvailable, not {limit!r}"
+            )
+        if not isinstance(limit, ReadAllAvailable):
+            if self._hold_back(checked, latest):
+                return start
+            high = limit.max_rows if isinstance(limit, ReadMaxRows) else self.options.max_records_per_trigger
+            if high:
+                latest = offsets.limit_rows(checked, latest, high)
         # a start that data loss moved stays visible as the start of the next range (partitions()
         # reads from the log start); partitions that vanished keep their last position
         end = dict(begin)
         end.update(latest)
         return offsets.to_json(end)
+
+    def _hold_back(self, begin: offsets.Offsets, latest: offsets.Offsets) -> bool:
+        """minOffsetsPerTrigger: whether this trigger waits for more records (Kafka's rule: never
+        once maxTriggerDelay has passed since the last admitted micro-batch, nor under availableNow)."""
+        low = self.options.min_records_per_trigger
+        now = time.time() * 1000
+        if low is None or self._target is not None:
+            return False
+        if now - self._last_trigger_ms >= self.options.max_trigger_delay_ms:
+            self._last_trigger_ms = now
+            return False
+        if offsets.waiting(begin, latest) < low:
+            return True
+        self._last_trigger_ms = now
+        return False
 
     def reportLatestOffset(self) -> dict | None:
         return offsets.to_json(self._latest) if self._latest is not None else None

@@ -47,7 +47,7 @@ def value_arrow_type(
         topics = [t for t in view.topics() if subscription.matches(t)]
     else:
         existing = set(view.topics())
-        topics = [t for t in subscription.topics if t in existing]
+        topics = [t for t in subscription.named if t in existing]
     types: dict[str, pa.DataType] = {}
     for topic in topics:
         versions = view.schemas(topic)
