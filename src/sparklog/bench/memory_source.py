@@ -78,6 +78,7 @@ class MemoryStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 pa.array(np.full(n, partition.index, dtype=np.int32)),
                 pa.array(np.arange(n, dtype=np.int64)),
                 pa.array(np.full(n, 1_700_000_000_000_000, dtype=np.int64)).cast(ts_type),
+                pa.array(np.zeros(n, dtype=np.int32)),  # timestampType: CreateTime
             ],
             schema=self.arrow_schema,
         )
