@@ -1,0 +1,192 @@
+"""The union read (issue 19, slice 2) with a real broker process, a real ZooKeeper and a real Delta
+table: offsets that local retention deleted are read from the topic's table, then the log, with no
+gap and no duplicate, by the ``Consumer`` (multi-partition fetch), the single-partition fetch (what
+Spark's Python source uses) and ``sparklog consume --from-beginning``.
+
+Every topic rolls a segment per produced batch (``segment.bytes=1024``) and keeps nothing tiered
+locally (``local.retention.bytes=0``): after ``n`` batches the first ``n - 1`` are only in the
+table and the last one only in the log."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from broker_helpers import ProcessGroup, wait_for
+from sparklog import Admin, Consumer, Producer
+from sparklog.datasource import connections
+from sparklog.errors import OffsetOutOfRange
+from test_lake_tiering import (
+    LAKE_TOPIC,
+    PER_BATCH,
+    TYPED_V1,
+    TYPED_V2,
+    click,
+    lake_broker,
+    produce_batches,
+    segment_bases,
+    value,
+)
+
+LOCAL_NONE = {**LAKE_TOPIC, "local.retention.bytes": "0", "retention.ms": "-1"}
+BATCHES = {0: 4, 1: 5}  # per partition: all but the last batch end up only in the table
+
+
+def wait_local_deleted(connect: str, topic: str, expected: dict[int, int]) -> None:
+    """Until every partition's local log starts at ``expected[p]`` and its earliest offset is 0."""
+
+    def done() -> bool:
+        with Admin(connect) as admin:
+            parts = admin.describe_topic(topic)["partitions"]
+        return all(
+            (d["log_start_offset"], d.get("local_log_start_offset")) == (0, expected[d["partition"]]) for d in parts
+        )
+
+    wait_for(done, 60, f"{topic}: tiered segments deleted locally, earliest offset in the lake", interval=0.5)
+
+
+def lake_topic(connect: str, topic: str) -> None:
+    with Admin(connect) as admin:
+        admin.create_topic(topic, len(BATCHES), 1, LOCAL_NONE)
+    for p, batches in BATCHES.items():
+        produce_batches(connect, topic, p, batches)
+    wait_local_deleted(connect, topic, {p: (b - 1) * PER_BATCH for p, b in BATCHES.items()})
+
+
+def consume_all(consumer: Consumer, total: int) -> dict[int, list[tuple[int, bytes]]]:
+    got: dict[int, list[tuple[int, bytes]]] = {}
+    count = 0
+
+    def more() -> bool:
+        nonlocal count
+        for record in consumer.poll(timeout=1.0):
+            got.setdefault(record.partition, []).append((record.offset, record.value))
+            count += 1
+        return count >= total
+
+    wait_for(more, 60, f"{total} records consumed", interval=0)
+    assert not consumer.poll(timeout=1.0)  # and nothing more
+    return got
+
+
+def expected_records(p: int, start: int = 0) -> list[tuple[int, bytes]]:
+    return [(o, value(p, o)) for o in range(start, BATCHES[p] * PER_BATCH)]
+
+
+@pytest.mark.slow
+def test_consumers_read_across_lake_and_log_exactly_once(
+    sparklog_connect: str, child_processes: ProcessGroup, tmp_path: Path
+) -> None:
+    lake = tmp_path / "lake"
+    broker = lake_broker(sparklog_connect, tmp_path, child_processes, lake).start()
+    lake_topic(sparklog_connect, "union")
+    assert segment_bases(broker.data_dir, "union", 0) == [30]
+    total = sum(BATCHES.values()) * PER_BATCH
+
+    # the Consumer from the earliest offset (in the lake), on to the log
+    with Consumer("union", zookeeper=sparklog_connect, auto_offset_reset="earliest", max_bytes=2048) as consumer:
+        got = consume_all(consumer, total)
+    assert got == {p: expected_records(p) for p in BATCHES}
+
+    # from an offset in the middle of the table
+    with Consumer("union", zookeeper=sparklog_connect, partitions=[1]) as consumer:
+        consumer.seek(1, 17, topic="union")
+        assert consume_all(consumer, BATCHES[1] * PER_BATCH - 17) == {1: expected_records(1, 17)}
+
+    # the single-partition fetch (Spark's Python source), small max_bytes: many round trips
+    for p in BATCHES:
+        offset, seen = 0, []
+        while offset < BATCHES[p] * PER_BATCH:
+            for batch in connections.fetch(sparklog_connect, "union", p, offset, 1024):
+                offsets = batch.column("offset").to_pylist()
+                values = batch.column("value").to_pylist()
+                for o, v in zip(offsets, values, strict=True):
+                    if o >= offset:
+                        seen.append((o, v))
+                        offset = o + 1
+        assert seen == expected_records(p)
+
+    # sparklog consume --from-beginning
+    cli = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "sparklog.cli.main",
+            "--zookeeper",
+            sparklog_connect,
+            "consume",
+            "union",
+            "--from-beginning",
+            "--format",
+            "json",
+            "--max-messages",
+            str(total),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert cli.returncode == 0, cli.stderr
+    lines = [json.loads(line) for line in cli.stdout.splitlines()]
+    by_partition: dict[int, list[int]] = {}
+    for line in lines:
+        by_partition.setdefault(line["partition"], []).append(line["offset"])
+    assert by_partition == {p: list(range(b * PER_BATCH)) for p, b in BATCHES.items()}
+    broker.stop()
+
+
+@pytest.mark.slow
+def test_offsets_below_the_table_stay_out_of_range_and_a_typed_topic_reads_its_struct(
+    sparklog_connect: str, child_processes: ProcessGroup, tmp_path: Path
+) -> None:
+    lake = tmp_path / "lake"
+    broker = lake_broker(sparklog_connect, tmp_path, child_processes, lake).start()
+    # lake.enabled on a topic whose first segment retention already deleted: the table starts at 10
+    with Admin(sparklog_connect) as admin:
+        admin.create_topic("late", 1, 1, {"segment.bytes": "1024", "retention.bytes": "0", "retention.ms": "-1"})
+    produce_batches(sparklog_connect, "late", 0, 2)
+    wait_for(lambda: segment_bases(broker.data_dir, "late", 0) == [10], 30, "retention", interval=0.5)
+    with Admin(sparklog_connect) as admin:
+        admin.alter_topic("late", {**LOCAL_NONE, "retention.bytes": "-1"})
+    produce_batches(sparklog_connect, "late", 0, 2, first=20)
+    wait_local_deleted_from(sparklog_connect, "late", 10, 30)
+    with pytest.raises(OffsetOutOfRange):
+        list(connections.fetch(sparklog_connect, "late", 0, 5, 1 << 20))
+    with Consumer("late", zookeeper=sparklog_connect, auto_offset_reset="earliest") as consumer:
+        got = consume_all(consumer, 30)
+    assert got == {0: [(o, value(0, o)) for o in range(10, 40)]}
+
+    # a typed topic: the table's struct (in the latest schema version) is what consumers get
+    with Admin(sparklog_connect) as admin:
+        admin.create_topic("typed", 1, 1, LOCAL_NONE, value_schema=json.dumps(TYPED_V1))
+        with Producer(sparklog_connect, acks="all", linger_ms=0) as producer:
+            producer.send_batch("typed", {"value": [click(i) for i in range(5)]}, partition=0)
+        admin.register_schema("typed", json.dumps(TYPED_V2))
+        time.sleep(1.0)  # the broker and the producer follow the new version by watches
+    with Producer(sparklog_connect, acks="all", linger_ms=0) as producer:
+        for first in (5, 8):
+            batch = [click(i, country="NO") for i in range(first, first + 3)]
+            producer.send_batch("typed", {"value": batch}, partition=0)
+    wait_local_deleted_from(sparklog_connect, "typed", 0, 8)
+    with Consumer("typed", zookeeper=sparklog_connect, auto_offset_reset="earliest") as consumer:
+        records = []
+        wait_for(lambda: records.extend(consumer.poll(1.0)) or len(records) >= 11, 60, "typed records", interval=0)
+    assert [r.offset for r in records] == list(range(11))
+    assert [r.value for r in records] == [{**click(i), "country": None} for i in range(5)] + [
+        click(i, country="NO") for i in range(5, 11)
+    ]
+    broker.stop()
+
+
+def wait_local_deleted_from(connect: str, topic: str, earliest: int, local: int) -> None:
+    def done() -> bool:
+        with Admin(connect) as admin:
+            d = admin.describe_topic(topic)["partitions"][0]
+        return (d["log_start_offset"], d.get("local_log_start_offset")) == (earliest, local)
+
+    wait_for(done, 60, f"{topic}: earliest {earliest}, local log start {local}", interval=0.5)
