@@ -129,13 +129,15 @@ class LakeReader:
         files = self._covering(topic, partition, tiered)
         return None if files is None else files.firsts[0]
 
-    def read(self, topic: str, partition: int, offset: int, end: int, max_bytes: int) -> list[pa.RecordBatch]:
+    def read(self, topic: str, partition: int, offset: int, end: int, max_bytes: int) -> list[pa.RecordBatch] | None:
         """The table's rows of ``partition`` with offsets in ``[offset, end)``, in offset order,
         about ``max_bytes`` of them (at least one batch if any row is there). Columns as stored
-        in the table (``partition`` left out)."""
+        in the table (``partition`` left out). None when the snapshot read does not reach ``end``
+        yet (read again later: an empty answer would skip offsets), ``[]`` when the table has no
+        row there although it reaches ``end`` (retention deleted them before they were tiered)."""
         files = self._covering(topic, partition, end)
-        if files is None:
-            return []
+        if files is None or files.last < end - 1:
+            return None
         out: list[pa.RecordBatch] = []
         budget = max_bytes
         for batch in self._scan(files, offset, end):

@@ -96,8 +96,9 @@ class UnionRead:
 
     def read(self, partition: Partition, offset: int, max_bytes: int, upto: int | None) -> Stored:
         """A consumer fetch's stored batches at ``offset``: from the log (``PartitionLog.read_stored``),
-        or, below the local log start of a lake-enabled partition, from its table (then ``[]`` is
-        never returned while the log has records: an offset the table lacks continues at the log)."""
+        or, below the local log start of a lake-enabled partition, from its table (``[]`` while the
+        table's snapshot does not reach the log yet, at most ``REFRESH_MIN_S``; offsets the table
+        lacks below the log continue at the log, as a compaction gap)."""
         plog = partition.log
         start = plog.log_start_offset
         if offset >= start or self.reader is None:
@@ -107,7 +108,9 @@ class UnionRead:
             return plog.read_stored(offset, max_bytes, upto=upto)  # OffsetOutOfRange, as before
         end = start if upto is None else min(start, upto)
         batches = self.reader.read(partition.topic, partition.partition, offset, end, max_bytes)
-        if not batches:
+        if batches is None:  # the table's snapshot does not reach the log yet: nothing this time
+            return []
+        if not batches:  # a gap in the table (never tiered): on at the log, as after compaction
             return plog.read_stored(start, max_bytes, upto=upto)
         schema = self._schema(partition.topic)
         return [as_stored(batch, schema) for batch in batches]
