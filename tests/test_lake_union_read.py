@@ -1,7 +1,9 @@
 """The union read (issue 19, slice 2) with a real broker process, a real ZooKeeper and a real Delta
 table: offsets that local retention deleted are read from the topic's table, then the log, with no
 gap and no duplicate, by the ``Consumer`` (multi-partition fetch), the single-partition fetch (what
-Spark's Python source uses) and ``sparklog consume --from-beginning``.
+Spark's Python source uses), ``sparklog consume --from-beginning``, Spark's batch and
+``availableNow`` reads through the ``sparklog`` source, and ``sparklog.spark.read_topic`` (the
+history through Spark's Delta reader).
 
 Every topic rolls a segment per produced batch (``segment.bytes=1024``) and keeps nothing tiered
 locally (``local.retention.bytes=0``): after ``n`` batches the first ``n - 1`` are only in the
@@ -9,19 +11,24 @@ table and the last one only in the log."""
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from broker_helpers import ProcessGroup, wait_for
+from spark_helpers import collect_available_now, stream_reader, unique
 from sparklog import Admin, Consumer, Producer
 from sparklog.datasource import connections
-from sparklog.errors import OffsetOutOfRange
+from sparklog.errors import InvalidRequest, OffsetOutOfRange
+from sparklog.spark import read_topic
 from test_lake_tiering import (
+    BASE_MS,
     LAKE_TOPIC,
     PER_BATCH,
     TYPED_V1,
@@ -190,3 +197,44 @@ def wait_local_deleted_from(connect: str, topic: str, earliest: int, local: int)
         return (d["log_start_offset"], d.get("local_log_start_offset")) == (earliest, local)
 
     wait_for(done, 60, f"{topic}: earliest {earliest}, local log start {local}", interval=0.5)
+
+
+def check_spark_rows(rows: list, topic: str) -> None:
+    """Every record of every partition exactly once, as produced (Spark's row order aside)."""
+    by_partition: dict[int, list] = {}
+    for row in rows:
+        by_partition.setdefault(row["partition"], []).append(row)
+    assert sorted(by_partition) == sorted(BATCHES)
+    for p, got in by_partition.items():
+        got.sort(key=lambda r: r["offset"])
+        assert [r["offset"] for r in got] == list(range(BATCHES[p] * PER_BATCH)), f"partition {p}"
+        for r in got:
+            o = r["offset"]
+            assert (r["topic"], bytes(r["key"]), bytes(r["value"])) == (topic, b"k%d" % o, value(p, o))
+            assert r["timestamp"] == dt.datetime.fromtimestamp((BASE_MS + o) / 1000, dt.UTC).replace(tzinfo=None)
+            assert [(h["key"], bytes(h["value"])) for h in r["headers"]] == [("o", b"%d" % o)]
+
+
+@pytest.mark.slow
+def test_spark_reads_across_lake_and_log_exactly_once(spark: Any, spark_cluster: Any, tmp_path: Path) -> None:
+    zk = spark_cluster.zookeeper
+    topic = unique("union")
+    lake_topic(zk, topic)
+
+    # read_topic: the history through Spark's Delta reader, the rest through the sparklog source
+    df = read_topic(spark, topic, zookeeper=zk, includeHeaders="true")
+    source = spark.read.format("sparklog").option("zookeeper", zk).option("subscribe", topic)
+    normal = source.option("includeHeaders", "true").load()
+    assert df.schema == normal.schema
+    parquet = [f for f in df.inputFiles() if f.endswith(".parquet")]
+    assert parquet and all(f"/lake/{topic}/" in f for f in parquet), df.inputFiles()
+    check_spark_rows(df.collect(), topic)
+    with pytest.raises(InvalidRequest, match="startingOffsets"):
+        read_topic(spark, topic, zookeeper=zk, startingOffsets="latest")
+
+    # the sparklog source alone, batch (earliest by default) and availableNow from earliest: the
+    # broker serves the offsets below its local log start from the table
+    check_spark_rows(normal.collect(), topic)
+    stream = stream_reader(spark, zk, subscribe=topic, startingOffsets="earliest", includeHeaders="true")
+    _, batches = collect_available_now(stream, str(tmp_path / "ckpt"))
+    check_spark_rows([r for rows in batches.values() for r in rows], topic)
