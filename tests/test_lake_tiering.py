@@ -131,8 +131,8 @@ def test_tiering_writes_exact_rows_offsets_and_describe_shows_lag(
     )
     assert cli.returncode == 0, cli.stderr
     header, *rows = cli.stdout.splitlines()[1:]
-    assert header.split()[-2:] == ["LAKE-OFFSET", "LAKE-LAG"]
-    assert [row.split()[-2:] for row in rows] == [["30", "10"], ["40", "10"]]
+    assert header.split()[-3:] == ["LOCAL-START", "LAKE-OFFSET", "LAKE-LAG"]
+    assert [row.split()[-3:] for row in rows] == [["0", "30", "10"], ["0", "40", "10"]]
     with Admin(sparklog_connect) as admin:  # deleting the topic removes its lake offsets, not its table
         admin.delete_topic("lake")
         assert "lake" not in admin.list_topics()
