@@ -98,3 +98,13 @@ def test_typed_values_convert_to_the_latest_version(tmp_path: Path) -> None:
         {"page": "/b", "ms": 2, "country": None},
         {"page": "/c", "ms": 3, "country": "NO"},
     ]
+
+
+def test_offset_for_time_finds_the_first_offset_at_or_after_a_time(tmp_path: Path) -> None:
+    writer, reader = DeltaTableWriter(str(tmp_path)), LakeReader(str(tmp_path))
+    tier(writer, "time", 0, [(0, 10), (10, 20), (20, 30)])
+    base = 1_700_000_000_000
+    assert reader.offset_for_time("time", 0, base, 30) == 0
+    assert reader.offset_for_time("time", 0, base + 14, 30) == 14
+    assert reader.offset_for_time("time", 0, base + 14, 12) is None  # only below the end asked
+    assert reader.offset_for_time("time", 0, base + 30, 30) is None

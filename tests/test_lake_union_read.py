@@ -105,6 +105,12 @@ def test_consumers_read_across_lake_and_log_exactly_once(
         consumer.seek(1, 17, topic="union")
         assert consume_all(consumer, BATCHES[1] * PER_BATCH - 17) == {1: expected_records(1, 17)}
 
+    # by time: the offset for a timestamp in the table's history (list_offsets' offset_for_time)
+    with Consumer("union", zookeeper=sparklog_connect, partitions=[0]) as consumer:
+        consumer.seek_to_time(BASE_MS + 15)
+        assert consumer.position(0, topic="union") == 15
+        assert consume_all(consumer, BATCHES[0] * PER_BATCH - 15) == {0: expected_records(0, 15)}
+
     # the single-partition fetch (Spark's Python source), small max_bytes: many round trips
     for p in BATCHES:
         offset, seen = 0, []

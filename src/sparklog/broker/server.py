@@ -502,7 +502,7 @@ class BrokerServer(flight.FlightServerBase):
             result["lake_offset"] = plog.tiered_offset  # None until the tierer has read the table
             result["lake_table"] = union.lake_table(topic)  # None: this broker has no lake dir
         if "timestamp" in request:
-            found = plog.offset_for_time(_int(request, "timestamp"))
+            found = union.offset_for_time(partition, _int(request, "timestamp"))
             result["offset_for_time"] = None if found is None or found >= partition.high_watermark else found
         return result
 

@@ -22,6 +22,7 @@ import time
 from collections.abc import Iterator
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.dataset as ds
 from deltalake import DeltaTable
 from deltalake.exceptions import DeltaError, TableNotFoundError
@@ -40,6 +41,7 @@ class _Files:
 
     firsts: list[int]
     lasts: list[int]
+    max_times: list[int | None]  # each file's largest timestamp (ms; None: no statistics)
     fragments: list[ds.Fragment]
 
     @property
@@ -61,22 +63,27 @@ def _index(table: DeltaTable) -> _Snapshot:
     dataset = table.to_pyarrow_dataset()
     by_path = {fragment.path: fragment for fragment in dataset.get_fragments()}
     actions = pa.table(table.get_add_actions(flatten=True))
-    rows: dict[int, list[tuple[int, int, ds.Fragment]]] = {}
+    rows: dict[int, list[tuple[int, int, int | None, ds.Fragment]]] = {}
     names = actions.column_names
     if {"min.offset", "max.offset", f"partition.{PARTITION_COLUMN}"} <= set(names):
         paths = actions.column("path").to_pylist()
         parts = actions.column(f"partition.{PARTITION_COLUMN}").to_pylist()
         firsts = actions.column("min.offset").to_pylist()
         lasts = actions.column("max.offset").to_pylist()
-        for path, part, first, last in zip(paths, parts, firsts, lasts, strict=True):
+        times: list[int | None] = [None] * len(paths)
+        if "max.timestamp" in names:
+            ms = actions.column("max.timestamp").cast(pa.timestamp("ms", tz="UTC")).cast(pa.int64())
+            times = ms.to_pylist()
+        for path, part, first, last, max_time in zip(paths, parts, firsts, lasts, times, strict=True):
             fragment = by_path.get(path)
             if fragment is None or first is None or last is None or part is None:
                 continue  # no statistics (not written by sparklog): not readable by offset
-            rows.setdefault(int(part), []).append((int(first), int(last), fragment))
+            rows.setdefault(int(part), []).append((int(first), int(last), max_time, fragment))
     partitions: dict[int, _Files] = {}
     for part, files in rows.items():
         files.sort(key=lambda item: item[0])
-        partitions[part] = _Files([f for f, _, _ in files], [lt for _, lt, _ in files], [fr for _, _, fr in files])
+        firsts, lasts, max_times, fragments = (list(column) for column in zip(*files, strict=True))
+        partitions[part] = _Files(firsts, lasts, max_times, fragments)
     return _Snapshot(table, partitions, time.monotonic())
 
 
@@ -146,6 +153,26 @@ class LakeReader:
             if budget <= 0:
                 break
         return out
+
+    def offset_for_time(self, topic: str, partition: int, timestamp_ms: int, end: int) -> int | None:
+        """The first offset below ``end`` whose timestamp is >= ``timestamp_ms`` (None: none in the
+        table): the first file (in offset order) whose largest timestamp reaches it holds it."""
+        files = self._covering(topic, partition, end)
+        if files is None:
+            return None
+        for first, max_time, fragment in zip(files.firsts, files.max_times, files.fragments, strict=True):
+            if first >= end:
+                return None
+            if max_time is not None and max_time < timestamp_ms:
+                continue
+            kind = fragment.physical_schema.field("timestamp").type
+            since = pa.scalar(timestamp_ms, pa.timestamp("ms", tz="UTC")).cast(kind)
+            found = fragment.to_table(
+                filter=(ds.field("timestamp") >= since) & (ds.field("offset") < end), columns=["offset"]
+            ).column("offset")
+            if len(found):
+                return int(pc.min(found).as_py())
+        return None
 
     @staticmethod
     def _scan(files: _Files, offset: int, end: int) -> Iterator[pa.RecordBatch]:

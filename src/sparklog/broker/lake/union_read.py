@@ -90,6 +90,17 @@ class UnionRead:
         first = self._lake_start(partition.topic, partition.partition, plog)
         return plog.log_start_offset if first is None else first
 
+    def offset_for_time(self, partition: Partition, timestamp_ms: int) -> int | None:
+        """The first offset whose timestamp is >= ``timestamp_ms``: in the table when the lake
+        reaches the log and holds one, else in the local log (None: every record is older)."""
+        plog = partition.log
+        topic, p, start = partition.topic, partition.partition, plog.log_start_offset
+        if self.reader is not None and self._lake_start(topic, p, plog) is not None:
+            found = self.reader.offset_for_time(topic, p, timestamp_ms, start)
+            if found is not None:
+                return found
+        return plog.offset_for_time(timestamp_ms)
+
     def lake_table(self, topic: str) -> str | None:
         """The URI of a topic's table, if this broker has a lake."""
         return None if self.reader is None else self.reader.table_uri(topic)
