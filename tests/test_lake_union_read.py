@@ -175,25 +175,31 @@ def test_offsets_below_the_table_stay_out_of_range_and_a_typed_topic_reads_its_s
     assert got == {0: [(o, value(0, o)) for o in range(10, 40)]}
 
     # a typed topic: the table's struct (in the latest schema version) is what consumers get
-    with Admin(sparklog_connect) as admin:
-        admin.create_topic("typed", 1, 1, LOCAL_NONE, value_schema=json.dumps(TYPED_V1))
-        with Producer(sparklog_connect, acks="all", linger_ms=0) as producer:
-            producer.send_batch("typed", {"value": [click(i) for i in range(5)]}, partition=0)
-        admin.register_schema("typed", json.dumps(TYPED_V2))
-        time.sleep(1.0)  # the broker and the producer follow the new version by watches
-    with Producer(sparklog_connect, acks="all", linger_ms=0) as producer:
-        for first in (5, 8):
-            batch = [click(i, country="NO") for i in range(first, first + 3)]
-            producer.send_batch("typed", {"value": batch}, partition=0)
-    wait_local_deleted_from(sparklog_connect, "typed", 0, 8)
+    typed_lake_topic(sparklog_connect, "typed")
     with Consumer("typed", zookeeper=sparklog_connect, auto_offset_reset="earliest") as consumer:
         records = []
         wait_for(lambda: records.extend(consumer.poll(1.0)) or len(records) >= 11, 60, "typed records", interval=0)
     assert [r.offset for r in records] == list(range(11))
-    assert [r.value for r in records] == [{**click(i), "country": None} for i in range(5)] + [
-        click(i, country="NO") for i in range(5, 11)
-    ]
+    assert [r.value for r in records] == TYPED_VALUES
     broker.stop()
+
+
+TYPED_VALUES = [{**click(i), "country": None} for i in range(5)] + [click(i, country="NO") for i in range(5, 11)]
+
+
+def typed_lake_topic(connect: str, topic: str) -> None:
+    """Offsets 0-4 in schema version 1, 5-10 in version 2 (a new field); 0-7 only in the table."""
+    with Admin(connect) as admin:
+        admin.create_topic(topic, 1, 1, LOCAL_NONE, value_schema=json.dumps(TYPED_V1))
+        with Producer(connect, acks="all", linger_ms=0) as producer:
+            producer.send_batch(topic, {"value": [click(i) for i in range(5)]}, partition=0)
+        admin.register_schema(topic, json.dumps(TYPED_V2))
+        time.sleep(1.0)  # the broker and the producer follow the new version by watches
+    with Producer(connect, acks="all", linger_ms=0) as producer:
+        for first in (5, 8):
+            batch = [click(i, country="NO") for i in range(first, first + 3)]
+            producer.send_batch(topic, {"value": batch}, partition=0)
+    wait_local_deleted_from(connect, topic, 0, 8)
 
 
 def wait_local_deleted_from(connect: str, topic: str, earliest: int, local: int) -> None:
@@ -237,6 +243,19 @@ def test_spark_reads_across_lake_and_log_exactly_once(spark: Any, spark_cluster:
     check_spark_rows(df.collect(), topic)
     with pytest.raises(InvalidRequest, match="startingOffsets"):
         read_topic(spark, topic, zookeeper=zk, startingOffsets="latest")
+
+    # a typed topic: the table's value struct as the source's (latest version, fields by name)
+    typed = unique("typed")
+    typed_lake_topic(zk, typed)
+    got = read_topic(spark, typed, zookeeper=zk)
+    want = spark.read.format("sparklog").option("zookeeper", zk).option("subscribe", typed).load()
+    # the same names and types (a union's nullability is the wider of the two parts')
+    assert got.schema.simpleString() == want.schema.simpleString()
+    assert any(f.endswith(".parquet") for f in got.inputFiles())
+    rows = sorted(got.collect(), key=lambda r: r["offset"])
+    assert [r["offset"] for r in rows] == list(range(11))
+    assert [r["value"].asDict(recursive=True) for r in rows] == TYPED_VALUES
+    assert sorted(want.collect(), key=lambda r: r["offset"]) == rows
 
     # the sparklog source alone, batch (earliest by default) and availableNow from earliest: the
     # broker serves the offsets below its local log start from the table

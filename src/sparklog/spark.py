@@ -14,8 +14,9 @@ statistics on ``offset``), the rows from it on through the ``sparklog`` source
 local retention deletes meanwhile are served from the table by the broker's union read) and no
 duplicate (the Delta part keeps only ``offset < boundary``). Columns and types are the ``sparklog``
 read schema's (``key``, ``value``, ``topic``, ``partition``, ``offset``, ``timestamp`` and, with
-``includeHeaders``, ``headers``); a typed topic's value struct in its latest schema version (the
-table's fields matched by name, fields it lacks as null).
+``includeHeaders``, ``headers``; a union's nullability is the wider of its two parts'); a typed
+topic's value struct in its latest schema version (the table's fields matched by name, fields it
+lacks as null).
 
 The table is located by the leaders' ``list_offsets`` answer (``lake_table``: the broker's
 ``--lake-dir`` + ``/<topic>``) or by ``lake_dir=`` (needed when Spark sees the lake under another
