@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 
 from broker_helpers import ProcessGroup, wait_for
+from replication_helpers import Cluster
 from spark_helpers import collect_available_now, stream_reader, unique
 from sparklog import Admin, Consumer, Producer
 from sparklog.datasource import connections
@@ -182,6 +183,31 @@ def test_offsets_below_the_table_stay_out_of_range_and_a_typed_topic_reads_its_s
     assert [r.offset for r in records] == list(range(11))
     assert [r.value for r in records] == TYPED_VALUES
     broker.stop()
+
+
+@pytest.mark.slow
+def test_a_new_leader_serves_the_lake_history_too(
+    sparklog_connect: str, child_processes: ProcessGroup, tmp_path: Path
+) -> None:
+    lake = tmp_path / "lake"
+    cluster = Cluster(
+        sparklog_connect, tmp_path, child_processes, brokers=2, broker_args=lambda _i, _port: ("--lake-dir", str(lake))
+    ).start()
+    try:
+        with Admin(sparklog_connect) as admin:
+            admin.create_topic("moving", 1, 2, LOCAL_NONE)
+        cluster.wait_full_isr("moving")
+        produce_batches(sparklog_connect, "moving", 0, 4)
+        for broker in cluster.brokers.values():  # both replicas delete what is tiered
+            wait_for(lambda b=broker: segment_bases(b.data_dir, "moving", 0) == [30], 45, "local deletes", interval=0.5)
+        old = cluster.state("moving", 0)
+        cluster[old.leader].kill()
+        cluster.wait_new_leader("moving", 0, old.leader_epoch)
+        wait_local_deleted_from(sparklog_connect, "moving", 0, 30)  # the new leader: earliest in the lake
+        with Consumer("moving", zookeeper=sparklog_connect, auto_offset_reset="earliest") as consumer:
+            assert consume_all(consumer, 40) == {0: [(o, value(0, o)) for o in range(40)]}
+    finally:
+        cluster.close()
 
 
 TYPED_VALUES = [{**click(i), "country": None} for i in range(5)] + [click(i, country="NO") for i in range(5, 11)]
