@@ -30,6 +30,12 @@ deleted offsets before they were read; false: skip ahead with a warning; compact
 data loss); ``includeHeaders`` (default false); ``fields`` (typed topics: comma-separated value
 fields, nested as ``address.zip``; the broker sends only those).
 
+Topics with ``lake.enabled`` (issue 19): ``earliest`` is the Delta table's first offset once the
+table reaches the brokers' local log, and the brokers serve the offsets below their local log start
+from the table (batch and streaming reads cross that boundary unchanged);
+:func:`sparklog.spark.read_topic` reads a whole topic's history with Spark's own Delta reader
+instead.
+
 Schema: ``key`` binary, ``value`` binary (or, for typed topics, a struct of the latest value schema
 version, see :mod:`sparklog.datasource.typed`), ``topic`` string, ``partition`` int, ``offset`` long,
 ``timestamp`` timestamp, and ``headers`` array<struct<key string, value binary>> with
