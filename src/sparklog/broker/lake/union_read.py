@@ -15,6 +15,7 @@ offset, or a partition whose lake does not reach its log, is ``OFFSET_OUT_OF_RAN
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
@@ -23,12 +24,15 @@ import pyarrow.compute as pc
 
 from sparklog.broker.lake.lake_reader import LakeReader
 from sparklog.broker.log.batch_codec import BatchHeader
+from sparklog.errors import LakeUnavailable
 from sparklog.records import record_schema, versioned_schema
 
 if TYPE_CHECKING:
     from sparklog.broker.log.partition_log import PartitionLog
     from sparklog.broker.partition import Partition
     from sparklog.schemas.value_schema import ValueSchema
+
+log = logging.getLogger(__name__)
 
 Stored = list[tuple[pa.RecordBatch, BatchHeader]]
 SchemasOf = Callable[[str], "Sequence[ValueSchema] | None"]
@@ -85,9 +89,14 @@ class UnionRead:
         return first if first is not None and first < start else None
 
     def earliest(self, partition: Partition) -> int:
-        """The partition's earliest readable offset (the table's first one when the lake reaches the log)."""
+        """The partition's earliest readable offset (the table's first one when the lake reaches
+        the log; the local log start while the table cannot be read, with a warning)."""
         plog = partition.log
-        first = self._lake_start(partition.topic, partition.partition, plog)
+        try:
+            first = self._lake_start(partition.topic, partition.partition, plog)
+        except LakeUnavailable as exc:
+            log.warning("%s-%s: earliest offset from the local log: %s", partition.topic, partition.partition, exc)
+            first = None
         return plog.log_start_offset if first is None else first
 
     def offset_for_time(self, partition: Partition, timestamp_ms: int) -> int | None:
@@ -95,10 +104,13 @@ class UnionRead:
         reaches the log and holds one, else in the local log (None: every record is older)."""
         plog = partition.log
         topic, p, start = partition.topic, partition.partition, plog.log_start_offset
-        if self.reader is not None and self._lake_start(topic, p, plog) is not None:
-            found = self.reader.offset_for_time(topic, p, timestamp_ms, start)
-            if found is not None:
-                return found
+        try:
+            if self.reader is not None and self._lake_start(topic, p, plog) is not None:
+                found = self.reader.offset_for_time(topic, p, timestamp_ms, start)
+                if found is not None:
+                    return found
+        except LakeUnavailable as exc:
+            log.warning("%s-%s: offset for a time from the local log only: %s", topic, p, exc)
         return plog.offset_for_time(timestamp_ms)
 
     def lake_table(self, topic: str) -> str | None:
