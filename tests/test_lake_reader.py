@@ -56,8 +56,10 @@ def test_reads_in_offset_order_across_files_bounded_by_max_bytes(tmp_path: Path)
     assert reader.first_offset("t", 0, 40) == 0
     assert offsets_of(reader.read("t", 0, 0, 40, 1 << 30)) == list(range(40))
     assert offsets_of(reader.read("t", 0, 12, 30, 1 << 30)) == list(range(12, 30))
-    small = reader.read("t", 0, 12, 40, 1)  # at least one batch, then stops
-    assert small is not None and len(small) == 1 and offsets_of(small)[0] == 12
+    small = reader.read("t", 0, 12, 40, 1)  # at least one record, then stops
+    assert offsets_of(small) == [12]
+    some = reader.read("t", 0, 12, 40, 200)  # a part of the first batch (file [10, 25))
+    assert some is not None and 1 < len(offsets_of(some)) < 13 and offsets_of(some)[0] == 12
     assert offsets_of(reader.read("t", 1, 0, 5, 1 << 30)) == list(range(5))
     assert reader.read("t", 0, 0, 41, 1 << 30) is None  # the table does not reach 41 yet
     tier(writer, "t", 0, [(40, 50)], after=40)

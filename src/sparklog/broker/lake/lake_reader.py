@@ -148,8 +148,12 @@ class LakeReader:
         out: list[pa.RecordBatch] = []
         budget = max_bytes
         for batch in self._scan(files, offset, end):
-            out.append(batch)
-            budget -= batch.nbytes
+            size = batch.nbytes
+            if size > budget and batch.num_rows > 1:  # a scanned batch may be large: its first rows
+                batch = batch.slice(0, max(1 if not out else 0, batch.num_rows * budget // size))
+            if batch.num_rows:
+                out.append(batch)
+            budget -= size
             if budget <= 0:
                 break
         return out
