@@ -29,8 +29,10 @@ from sparklog.broker.cluster_requests import ClusterRequests
 from sparklog.broker.controller import Controller
 from sparklog.broker.group_members import GroupMembers
 from sparklog.broker.lake.delta_table import DeltaTableWriter
+from sparklog.broker.lake.lake_reader import LakeReader
 from sparklog.broker.lake.source import PartitionSource, TieringSource
 from sparklog.broker.lake.tierer import LakeTiering, Tierer
+from sparklog.broker.lake.union_read import UnionRead
 from sparklog.broker.listeners import open_listeners
 from sparklog.broker.log_manager import DEFAULT_PRODUCER_ID_EXPIRATION_MS, LogManager
 from sparklog.broker.partition import Partition
@@ -123,6 +125,8 @@ class Broker:
         self.group_members: GroupMembers | None = None  # consumer group members hosted for clients
         self.controller: Controller | None = None
         self.lake_dir = lake_dir
+        # consumer fetches below a lake-enabled partition's local log start read its Delta table
+        self.union_read = UnionRead(LakeReader(lake_dir) if lake_dir is not None else None, self.value_schemas.get)
         self.tiering: LakeTiering | None = None
         self.zk_connected = False
         self._clients: dict[str, flight.FlightClient] = {}

@@ -38,6 +38,9 @@ if TYPE_CHECKING:
 
 LeaderLookup = Callable[[str, int], "Partition"]  # the partition if this broker leads it (NotLeader, UnknownTopic)
 SchemasOf = Callable[[str], "Sequence[ValueSchema] | None"]  # a typed topic's schema versions (None: untyped)
+# a consumer's read of a partition (offset, max_bytes, upto): its log, or its lake table below the
+# local log start (``UnionRead.read``)
+ReadStored = Callable[["Partition", int, int, int], Stored]
 Message = tuple[pa.RecordBatch, pa.Buffer]
 
 
@@ -57,12 +60,14 @@ class MultiFetchResponse:
     def __init__(
         self,
         lookup: LeaderLookup,
+        read: ReadStored,
         changes: PartitionChanges,
         schemas_of: SchemasOf,
         stopping: Callable[[], bool],
         cancelled: Callable[[], bool],
     ) -> None:
         self.lookup = lookup
+        self.read = read
         self.changes = changes
         self.schemas_of = schemas_of
         self.stopping = stopping
@@ -124,7 +129,7 @@ class _Stream:
             try:
                 partition = self.response.lookup(self.topic, p)
                 hw = partition.high_watermark
-                stored = partition.log.read_stored(offset, min(self.request.max_bytes, budget), upto=hw)
+                stored = self.response.read(partition, offset, min(self.request.max_bytes, budget), hw)
             except SparklogError as exc:
                 del self.positions[p]
                 errors.append({"p": p, "error": exc.code, "message": str(exc)[:500]})

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import itertools
 import logging
 import time
@@ -28,6 +29,7 @@ from sparklog.broker.call_permissions import CLUSTER, TOPIC, CallPermissions, pe
 from sparklog.broker.consumer_messages import _coalesced as _coalesced  # tests use it from here
 from sparklog.broker.consumer_messages import consumer_messages
 from sparklog.broker.fetch_follower import FetchFollower, next_offset
+from sparklog.broker.lake.union_read import from_lake
 from sparklog.broker.log.batch_codec import BatchHeader
 from sparklog.broker.multi_fetch_server import MultiFetchResponse
 from sparklog.broker.produce_request import ProduceRequestStream, append_produced, record_batches
@@ -309,14 +311,16 @@ class BrokerServer(flight.FlightServerBase):
                 raise InvalidRequest(f"'fields' must be a non-empty list of field paths, got {fields!r}")
             partition = self.broker.leader_partition(topic, p)
             plog = partition.log
+            # a consumer's fetch below a lake-enabled partition's local log start reads its table
+            read = plog.read_stored if replica_id >= 0 else functools.partial(self.broker.union_read.read, partition)
             upto = partition.fetch_range_end(replica_id, offset, epoch if isinstance(epoch, int) else None)
-            stored = plog.read_stored(offset, max_bytes, upto=upto)
+            stored = read(offset, max_bytes, upto=upto)
             if not stored and max_wait_ms > 0:
                 partition.await_records(
                     offset, max_wait_ms / 1000, replica_id >= 0, lambda: self.stopping, context.is_cancelled
                 )
                 upto = partition.fetch_range_end(replica_id, offset, epoch if isinstance(epoch, int) else None)
-                stored = plog.read_stored(offset, max_bytes, upto=upto)
+                stored = read(offset, max_bytes, upto=upto)
             value_schemas = self.broker.value_schemas.get(topic)
             if replica_id >= 0:
                 # a follower copies stored batches as they are, one schema per fetch
@@ -334,7 +338,7 @@ class BrokerServer(flight.FlightServerBase):
             plan = fetch_columns.plan([batch for batch, _ in stored]) if compact else fetch_columns.PLAIN
             schema = plan.sent_schema(schema)
             follower = None
-            if request.get("follow") is True and replica_id < 0 and stored:
+            if request.get("follow") is True and replica_id < 0 and stored and not from_lake(stored, offset, plog):
                 follower = FetchFollower(
                     partition,
                     max_bytes,
@@ -376,6 +380,7 @@ class BrokerServer(flight.FlightServerBase):
         """A consumer's fetch of many partitions of one topic, one stream (``sparklog.multi_fetch``)."""
         response = MultiFetchResponse(
             self.broker.leader_partition,
+            self.broker.union_read.read,
             self.broker.changes,
             self.broker.value_schemas.get,
             lambda: self.stopping,
@@ -485,16 +490,19 @@ class BrokerServer(flight.FlightServerBase):
         topic, p = _topic(request), _int(request, "partition")
         partition = self.broker.leader_partition(topic, p)
         plog = partition.log
+        union = self.broker.union_read
         result: dict[str, Any] = {
-            "log_start_offset": plog.log_start_offset,
+            "log_start_offset": union.earliest(partition),  # in the lake when the lake reaches the log
+            "local_log_start_offset": plog.log_start_offset,
             "log_end_offset": plog.log_end_offset,
             "high_watermark": partition.high_watermark,
             "leader_epoch": partition.leader_epoch,
         }
         if plog.config.lake_enabled:
             result["lake_offset"] = plog.tiered_offset  # None until the tierer has read the table
+            result["lake_table"] = union.lake_table(topic)  # None: this broker has no lake dir
         if "timestamp" in request:
-            found = plog.offset_for_time(_int(request, "timestamp"))
+            found = union.offset_for_time(partition, _int(request, "timestamp"))
             result["offset_for_time"] = None if found is None or found >= partition.high_watermark else found
         return result
 

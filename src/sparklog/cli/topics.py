@@ -20,7 +20,9 @@ from sparklog.coordination.cluster import NUM_PARTITIONS_MAX
 from sparklog.names import check_not_internal, check_topic_name
 
 DESCRIBE_HEADERS = ("PARTITION", "LEADER", "REPLICAS", "ISR", "LOG-START-OFFSET", "LOG-END-OFFSET")
-LAKE_HEADERS = ("LAKE-OFFSET", "LAKE-LAG")  # lake.enabled topics: how far the Delta table has each partition
+# lake.enabled topics: where the local log starts (LOG-START is the earliest offset, in the Delta
+# table once it reaches the local log) and how far the table has each partition
+LAKE_HEADERS = ("LOCAL-START", "LAKE-OFFSET", "LAKE-LAG")
 
 
 def add_topics(sub: argparse._SubParsersAction) -> None:
@@ -134,7 +136,7 @@ def _describe(args: argparse.Namespace) -> int:
                 ids(p["isr"]),
                 p.get("log_start_offset"),
                 p.get("log_end_offset"),
-                *((p.get("lake_offset"), p.get("lake_lag")) if lake else ()),
+                *((p.get("local_log_start_offset"), p.get("lake_offset"), p.get("lake_lag")) if lake else ()),
             )
             for p in partitions
         ),

@@ -74,7 +74,9 @@ class Admin:
     def describe_topic(self, name: str) -> dict[str, Any]:
         """Per partition: leader, replicas, in-sync replicas, log start and end offsets, and for a
         lake-enabled topic ``lake_offset`` (everything below it is in the Delta table; None until its
-        leader's tierer has read the table) and ``lake_lag`` (log end - lake offset); and the topic's
+        leader's tierer has read the table), ``lake_lag`` (log end - lake offset) and
+        ``local_log_start_offset`` (the log start is then the table's first offset once the lake
+        reaches the local log: the union read); and the topic's
         configs and ``partitioner`` (the one its keys are placed with, also for a topic whose configs
         name none: ``fnv1a``, it was created before murmur2)."""
         meta = self.view.topic(name, refresh=True)
@@ -95,6 +97,7 @@ class Admin:
                 offsets = self._client.list_offsets(name, p)
                 entry.update(log_start_offset=offsets["log_start_offset"], log_end_offset=offsets["log_end_offset"])
                 if "lake_offset" in offsets:
+                    entry.update(local_log_start_offset=offsets.get("local_log_start_offset"))
                     lake = offsets["lake_offset"]
                     entry.update(lake_offset=lake, lake_lag=None if lake is None else offsets["log_end_offset"] - lake)
             except Exception as exc:  # a partition whose leader is down still gets described

@@ -39,6 +39,12 @@ nested as ``address.zip``; the broker sends only those); ``kafkaConsumer.pollTim
 120000: how long an executor keeps retrying a partition's leader), ``fetchOffset.numRetries`` and
 ``fetchOffset.retryIntervalMs`` (defaults 3 and 10: the driver's offsets lookups).
 
+Topics with ``lake.enabled`` (issue 19): ``earliest`` is the Delta table's first offset once the
+table reaches the brokers' local log, and the brokers serve the offsets below their local log start
+from the table (batch and streaming reads cross that boundary unchanged);
+:func:`sparklog.spark.read_topic` reads a whole topic's history with Spark's own Delta reader
+instead.
+
 Schema (Kafka's, in its order): ``key`` binary, ``value`` binary (or, for typed topics, a struct of
 the latest value schema version, see :mod:`sparklog.datasource.typed`), ``topic`` string,
 ``partition`` int, ``offset`` long, ``timestamp`` timestamp, ``timestampType`` int (0 CreateTime, 1

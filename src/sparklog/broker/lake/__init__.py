@@ -1,5 +1,6 @@
 """Lake tiering (issue 19): the leader of each partition of a ``lake.enabled`` topic appends its
-closed segments' committed records to the topic's Delta table, exactly once.
+closed segments' committed records to the topic's Delta table, exactly once; consumers read
+offsets that are only in the table from it (the union read).
 
 - :mod:`.rows`: stored record batches -> the table's rows (Arrow compute only).
 - :mod:`.delta_table`: the Delta table of a topic (``deltalake``): its application transaction
@@ -7,4 +8,7 @@ closed segments' committed records to the topic's Delta table, exactly once.
 - :mod:`.source`: what the tierer reads of one partition (its closed, committed records).
 - :mod:`.tierer`: the exactly-once logic (one pass over the partitions) and the broker's tiering
   thread.
+- :mod:`.lake_reader`: a partition's offsets read back from the table (the union read).
+- :mod:`.union_read`: consumer fetches below the local log start answered from the table, and the
+  earliest offset.
 """

@@ -89,7 +89,8 @@ class FlightLeaderEndPoint:
 
     def log_start_offset(self, topic: str, partition: int) -> int:
         answer = self._call_action(self._client(), wire.LIST_OFFSETS, {"topic": topic, "partition": partition})
-        return int(answer["log_start_offset"])
+        # a follower copies the leader's local log (a lake-enabled partition's log start is in its table)
+        return int(answer.get("local_log_start_offset", answer["log_start_offset"]))
 
 
 def _item(chunk: flight.FlightStreamChunk) -> FetchedItem:
