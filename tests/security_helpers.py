@@ -11,6 +11,8 @@ from kazoo.client import KazooClient
 
 from broker_helpers import BrokerProcess, ProcessGroup
 from sparklog.coordination.zk_layout import ZkLayout, split_connect_string
+from sparklog.security.acl_store import AclStore
+from sparklog.security.acls import AclBinding, ResourcePattern
 from sparklog.security.certificates import CertificateAuthority, CertificateFiles
 from sparklog.security.credential_store import CredentialStore
 from sparklog.security.zookeeper_acls import ZooKeeperDigest, client_options
@@ -55,6 +57,19 @@ class SecureSetup:
 
     def store(self) -> _Store:
         return _Store(self.connect, self.zookeeper_digest)
+
+    def _acl(self, resource: str, name: str, operation: str, user: str) -> AclBinding:
+        return AclBinding.parse(ResourcePattern.parse(resource, name), f"User:{user}", "*", operation, "Allow")
+
+    def allow(self, resource: str, name: str, operation: str, user: str = "alice") -> None:
+        """Add an ACL allowing ``user`` ``operation`` on a literal resource (e.g. ``topic``, ``orders``)."""
+        with self.store() as store:
+            AclStore(store.zk, store.layout).add([self._acl(resource, name, operation, user)])
+
+    def disallow(self, resource: str, name: str, operation: str, user: str = "alice") -> None:
+        """Remove the ACL :meth:`allow` adds."""
+        with self.store() as store:
+            AclStore(store.zk, store.layout).remove([self._acl(resource, name, operation, user)])
 
     def broker_config(self, port: int, extra: dict[str, str] | None = None) -> Path:
         """The properties file of a broker listening (SASL_SSL) on ``port``."""

@@ -34,8 +34,6 @@ from sparklog.errors import (
     UnknownMemberId,
     UnknownTopic,
 )
-from sparklog.security.acl_store import AclStore
-from sparklog.security.acls import AclBinding, ResourcePattern
 
 HOST = "127.0.0.1"
 PARTITIONS = 6
@@ -388,18 +386,18 @@ def test_joining_without_read_on_the_group_is_denied(
     servers = f"{HOST}:{broker.port}"
     with Admin(bootstrap_servers=servers, config=secure.client("admin")) as admin:
         admin.create_topic("orders", 2)
-    allow(secure, "topic", "orders", "Read")
+    secure.allow("topic", "orders", "Read")
 
     def join() -> Consumer:
         return member("orders", "g1", servers, config=secure.client("alice"), retry_timeout_s=5)
 
     with pytest.raises(AuthorizationFailed, match="User:alice may not Read group 'g1'"):
         join()
-    allow(secure, "group", "g1", "Read")
+    secure.allow("group", "g1", "Read")
     consumer = wait_for(lambda: _or_none(join), 15, "the group to be allowed", 0.2)
     try:
         assert sorted(p for _t, p in consumer.assignment()) == [0, 1]
-        remove(secure, "group", "g1", "Read")  # the next heartbeat is denied: the consumer stops
+        secure.disallow("group", "g1", "Read")  # the next heartbeat is denied: the consumer stops
         with pytest.raises(AuthorizationFailed, match="User:alice may not Read group 'g1'"):
             wait_for(lambda: consumer.poll(0.2) and False, 15, "the heartbeat to be denied", 0.0)
         with pytest.raises(AuthorizationFailed):  # it stays failed: nothing is read any more
@@ -413,15 +411,3 @@ def _or_none(make: Any) -> Any:
         return make()
     except AuthorizationFailed:
         return None
-
-
-def allow(secure: SecureSetup, resource: str, name: str, operation: str, user: str = "alice") -> None:
-    with secure.store() as store:
-        acls = AclStore(store.zk, store.layout)
-        acls.add([AclBinding.parse(ResourcePattern.parse(resource, name), f"User:{user}", "*", operation, "Allow")])
-
-
-def remove(secure: SecureSetup, resource: str, name: str, operation: str, user: str = "alice") -> None:
-    with secure.store() as store:
-        acls = AclStore(store.zk, store.layout)
-        acls.remove([AclBinding.parse(ResourcePattern.parse(resource, name), f"User:{user}", "*", operation, "Allow")])

@@ -22,13 +22,7 @@ from typing import Any
 import pytest
 
 from broker_helpers import ProcessGroup, wait_for
-from replication_helpers import Cluster
-from spark_helpers import collect_available_now, stream_reader, unique
-from sparklog import Admin, Consumer, Producer
-from sparklog.datasource import connections
-from sparklog.errors import InvalidRequest, OffsetOutOfRange
-from sparklog.spark import read_topic
-from test_lake_tiering import (
+from lake_helpers import (
     BASE_MS,
     LAKE_TOPIC,
     PER_BATCH,
@@ -36,10 +30,16 @@ from test_lake_tiering import (
     TYPED_V2,
     click,
     lake_broker,
+    lake_cluster,
     produce_batches,
     segment_bases,
     value,
 )
+from spark_helpers import collect_available_now, stream_reader, unique
+from sparklog import Admin, Consumer, Producer
+from sparklog.datasource import connections
+from sparklog.errors import InvalidRequest, OffsetOutOfRange
+from sparklog.spark import read_topic
 
 LOCAL_NONE = {**LAKE_TOPIC, "local.retention.bytes": "0", "retention.ms": "-1"}
 BATCHES = {0: 4, 1: 5}  # per partition: all but the last batch end up only in the table
@@ -189,10 +189,7 @@ def test_offsets_below_the_table_stay_out_of_range_and_a_typed_topic_reads_its_s
 def test_a_new_leader_serves_the_lake_history_too(
     sparklog_connect: str, child_processes: ProcessGroup, tmp_path: Path
 ) -> None:
-    lake = tmp_path / "lake"
-    cluster = Cluster(
-        sparklog_connect, tmp_path, child_processes, brokers=2, broker_args=lambda _i, _port: ("--lake-dir", str(lake))
-    ).start()
+    cluster, lake = lake_cluster(sparklog_connect, tmp_path, child_processes)
     try:
         with Admin(sparklog_connect) as admin:
             admin.create_topic("moving", 1, 2, LOCAL_NONE)

@@ -17,8 +17,6 @@ from sparklog.client.cluster_client import ClusterClient
 from sparklog.client.consumer import Consumer
 from sparklog.client.producer import Producer
 from sparklog.errors import AuthorizationFailed
-from sparklog.security.acl_store import AclStore
-from sparklog.security.acls import AclBinding, ResourcePattern
 
 TOPIC = "orders"
 
@@ -33,18 +31,6 @@ def secure(sparklog_connect: str, tmp_path: Path) -> SecureSetup:
 @pytest.fixture
 def broker(secure: SecureSetup, sparklog_connect: str, child_processes, tmp_path: Path) -> BrokerProcess:
     return secure.start_broker(tmp_path, child_processes)
-
-
-def allow(secure: SecureSetup, resource: str, name: str, operation: str, user: str = "alice") -> None:
-    with secure.store() as store:
-        acls = AclStore(store.zk, store.layout)
-        acls.add([AclBinding.parse(ResourcePattern.parse(resource, name), f"User:{user}", "*", operation, "Allow")])
-
-
-def remove(secure: SecureSetup, resource: str, name: str, operation: str, user: str = "alice") -> None:
-    with secure.store() as store:
-        acls = AclStore(store.zk, store.layout)
-        acls.remove([AclBinding.parse(ResourcePattern.parse(resource, name), f"User:{user}", "*", operation, "Allow")])
 
 
 def produce(secure: SecureSetup, values: list[bytes]) -> None:
@@ -86,18 +72,18 @@ def test_each_operation_is_denied_then_allowed_by_an_acl(secure: SecureSetup, br
 
     with pytest.raises(AuthorizationFailed, match=f"User:alice may not (Write|Describe) topic '{TOPIC}'"):
         produce(secure, [b"denied"])
-    allow(secure, "topic", TOPIC, "Write")
+    secure.allow("topic", TOPIC, "Write")
     wait_for(lambda: _succeeds(lambda: produce(secure, [b"one", b"two"])), 15, "Write to be allowed")
 
     with pytest.raises(AuthorizationFailed, match=f"may not (Read|Describe) topic '{TOPIC}'"):
         consume(secure)
-    allow(secure, "topic", TOPIC, "Read")
+    secure.allow("topic", TOPIC, "Read")
     got = wait_for(lambda: _succeeds(lambda: consume(secure)), 15, "Read to be allowed")
     assert got[:2] == [b"one", b"two"]
 
     with pytest.raises(AuthorizationFailed, match="User:alice may not (Read|Describe) group 'g1'"):
         consume(secure, group="g1")
-    allow(secure, "group", "g1", "Read")
+    secure.allow("group", "g1", "Read")
     wait_for(lambda: _succeeds(lambda: consume(secure, group="g1")), 15, "the group to be allowed")
 
     # the Spark sink's state: Describe to read, Write to change its transactional id (the sink id)
@@ -105,7 +91,7 @@ def test_each_operation_is_denied_then_allowed_by_an_acl(secure: SecureSetup, br
     try:
         with pytest.raises(AuthorizationFailed, match="User:alice may not Describe transactional id 'q-1'"):
             client.view.read_sink_state("q-1")
-        allow(secure, "transactional-id", "q-1", "Write")
+        secure.allow("transactional-id", "q-1", "Write")
         wait_for(lambda: _succeeds(lambda: client.view.read_sink_state("q-1")), 15, "the sink state to be allowed")
         version = client.view.write_sink_state("q-1", {"batch": 1}, None)
         assert client.view.read_sink_state("q-1") == ({"batch": 1}, version)
@@ -115,7 +101,7 @@ def test_each_operation_is_denied_then_allowed_by_an_acl(secure: SecureSetup, br
         client.close()
 
     # a removed ACL takes effect on the next call
-    remove(secure, "topic", TOPIC, "Write")
+    secure.disallow("topic", TOPIC, "Write")
     wait_for(lambda: not _succeeds(lambda: produce(secure, [b"late"])), 15, "Write to be denied again")
 
     with Admin(bootstrap_servers=bootstrap, config=secure.client("bob")) as bob:  # no ACL at all: sees nothing
@@ -135,7 +121,7 @@ def test_an_open_fetch_stream_ends_when_its_read_acl_goes(secure: SecureSetup, b
     secure.bootstrap = f"127.0.0.1:{broker.port}"
     with Admin(bootstrap_servers=secure.bootstrap, config=secure.client("admin")) as admin:
         admin.create_topic(TOPIC, 2, 1)
-    allow(secure, "topic", TOPIC, "Read")
+    secure.allow("topic", TOPIC, "Read")
     admin_config = {**secure.client("admin"), "bootstrap.servers": secure.bootstrap}
     stop = threading.Event()
 
@@ -162,7 +148,7 @@ def test_an_open_fetch_stream_ends_when_its_read_acl_goes(secure: SecureSetup, b
         # the broker learns the new ACL through a ZooKeeper watch: retried until it has
         with wait_for(lambda: _succeeds(alices_consumer), 15, "Read to be allowed") as consumer:
             wait_for(lambda: consumer.poll_batches(timeout=0.5), 30, "records through alice's open fetch")
-            remove(secure, "topic", TOPIC, "Read")
+            secure.disallow("topic", TOPIC, "Read")
             deadline = time.monotonic() + 20
             with pytest.raises(AuthorizationFailed, match=f"User:alice may not Read topic '{TOPIC}'"):
                 while time.monotonic() < deadline:
