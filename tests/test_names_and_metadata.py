@@ -402,6 +402,34 @@ def test_a_topic_being_created_by_a_live_client_is_not_taken_over(meta: ClusterM
     assert meta.topics() == ["busy"]
 
 
+def test_a_topic_finished_between_a_look_and_a_claim_is_not_taken_for_a_leftover(
+    meta: ClusterMetadata, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two Spark tasks create the same staging topic: the second sees it still being created, and
+    its creator finishes before the second claims it. The second must find a complete topic (and
+    leave it alone), not a leftover to remove: removing it lost the staged rows the first task had
+    written (a broker dropped its replicas, then led a new empty topic of that name)."""
+    meta.register_broker(1, "127.0.0.1", free_port())
+    body = {"replicas": [[1]] * 2, "configs": {}}
+    with ClusterMetadata(meta.connect) as creator:
+        creator._begin_topic_creation("raced", body, None)
+        creator._create_partition_states("raced", [[1]] * 2)
+        seen = meta._topic_status("raced")
+        assert seen == "creating"
+        creator._finish_topic_creation("raced", body)  # finished before the other's claim
+        creator._release_pending("raced")
+    finished = meta.zk.exists(meta.layout.topic("raced"))
+    real_status = meta._topic_status
+    looks = iter([seen])  # create_topic's first look still sees "creating"
+    monkeypatch.setattr(meta, "_topic_status", lambda name: next(looks, None) or real_status(name))
+    with pytest.raises(TopicExists, match="already exists"):
+        meta.create_topic("raced", 2)
+    assert meta.zk.exists(meta.layout.topic("raced")).czxid == finished.czxid  # the very same topic node
+    assert meta.topics() == ["raced"] and meta.zk.get_children(meta.layout.pending_topics) == []
+    meta.delete_topic("raced")
+    assert meta.topics() == []
+
+
 def _log_dirs(proc: Any, topic: str) -> list[Path]:
     return sorted(proc.data_dir.glob(f"{topic}-*"))
 

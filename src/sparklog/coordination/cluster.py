@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from kazoo.client import KazooClient
-from kazoo.exceptions import NodeExistsError, NoNodeError, RolledBackError
+from kazoo.exceptions import NodeExistsError, NoNodeError, NotEmptyError, RolledBackError
 from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.protocol.states import WatchedEvent
 
@@ -340,7 +340,10 @@ class ClusterMetadata:
                 raise InvalidRequest(f"could not create topic {name!r}: {failed!r}")
             if status == "":
                 raise TopicExists(f"topic {name!r} already exists")
-            self._claim_leftover(name, status)
+            if not self._claim_leftover(name, status):  # its creator finished (or it went) meanwhile
+                if self._topic_status(name) is not None:
+                    raise TopicExists(f"topic {name!r} already exists")
+                continue
             try:
                 self._remove_topic_nodes(name)
             finally:
@@ -383,9 +386,12 @@ class ClusterMetadata:
             return None
         return str(json.loads(data).get("status", ""))
 
-    def _claim_leftover(self, name: str, status: str) -> None:
+    def _claim_leftover(self, name: str, status: str) -> bool:
         """Take ownership of a pending topic whose owner is gone (TopicExists or UnknownTopic, by
-        ``status``, if another client still owns it)."""
+        ``status``, if another client still owns it). False if there was nothing to claim after
+        all: its owner finished meanwhile (the topic is complete, or gone), between the caller's
+        look at ``status`` and this claim; the claim is then dropped again (owner and pending mark),
+        so a topic another client just created is never taken for a leftover and removed."""
         self.zk.ensure_path(self.layout.pending_topic(name))
         try:
             self.zk.create(self.layout.pending_topic_owner(name), ephemeral=True)
@@ -393,6 +399,12 @@ class ClusterMetadata:
             if status == CREATING:
                 raise TopicExists(f"topic {name!r} is being created by another client") from None
             raise TopicExists(f"topic {name!r} is being deleted; try again once it is gone") from None
+        if self._topic_status(name):  # still pending, and now ours
+            return True
+        self._release_pending(name)
+        with contextlib.suppress(NoNodeError, NotEmptyError):
+            self.zk.delete(self.layout.pending_topic(name))
+        return False
 
     def _require_owner(self, name: str) -> None:
         """Refuse to go on with a pending topic this client no longer owns (its session expired
@@ -494,9 +506,11 @@ class ClusterMetadata:
             status = str(raw.get("status", ""))
             if status:
                 try:
-                    self._claim_leftover(name, status)
+                    claimed = self._claim_leftover(name, status)
                 except TopicExists:
                     raise UnknownTopic(f"unknown topic {name!r} (it is being {status[:-3]}ed)") from None
+                if not claimed:
+                    continue  # its owner finished meanwhile: look again
             else:
                 tx = self.zk.transaction()
                 tx.set_data(layout.topic(name), json.dumps({**raw, "status": DELETING}).encode(), version=stat.version)
