@@ -22,10 +22,11 @@ from sparklog import Admin, Consumer, Producer
 from sparklog.cli.main import main as cli_main
 from sparklog.client.fnv1a import fnv1a, fnv1a_keys
 from sparklog.client.murmur2 import murmur2, murmur2_keys, murmur2_partition, murmur2_partitions
-from sparklog.client.partitioner import partition_for_key, partitioner_name, partitions_for_keys
+from sparklog.client.partitioner import partition_for_key, partitions_for_keys
 from sparklog.config import TopicConfig
 from sparklog.coordination.cluster import ClusterMetadata
 from sparklog.errors import InvalidConfig
+from sparklog.partitioner_names import partitioner_name
 
 # Kafka's clients/src/test/java/org/apache/kafka/common/utils/UtilsTest.java, testMurmur2
 KAFKA_MURMUR2 = {

@@ -6,8 +6,8 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
-from sparklog.client.partitioner import LEGACY_PARTITIONER, PARTITIONERS, partitioner_name
 from sparklog.errors import InvalidConfig
+from sparklog.partitioner_names import LEGACY_PARTITIONER, PARTITIONERS, partitioner_name
 
 CLEANUP_POLICIES = ("delete", "compact", "compact,delete")
 COMPRESSIONS = ("none", "lz4", "zstd")

@@ -21,28 +21,7 @@ import pyarrow as pa
 from sparklog.client.fnv1a import fnv1a, fnv1a_keys
 from sparklog.client.murmur2 import murmur2_partition, murmur2_partitions
 from sparklog.errors import InvalidConfig
-
-MURMUR2 = "murmur2"
-FNV1A = "fnv1a"
-PARTITIONERS = (MURMUR2, FNV1A)
-NEW_TOPIC_PARTITIONER = MURMUR2  # written into the configs of every topic created
-LEGACY_PARTITIONER = FNV1A  # a topic whose configs name none was created before murmur2
-_ALIASES = {MURMUR2: MURMUR2, "murmur2_random": MURMUR2, FNV1A: FNV1A, "fnv1a_random": FNV1A}
-_UNSUPPORTED = ("random", "consistent", "consistent_random")  # librdkafka's others (CRC32 or keyless)
-
-
-def partitioner_name(value: object, setting: str = "partitioner") -> str:
-    """The partitioner a setting names (``murmur2`` or ``fnv1a``; librdkafka's names accepted),
-    else InvalidConfig naming the setting."""
-    text = str(value).strip().lower()
-    chosen = _ALIASES.get(text)
-    if chosen is not None:
-        return chosen
-    why = " (sparklog hashes every key)" if text in _UNSUPPORTED else ""
-    raise InvalidConfig(
-        f"{setting} must be murmur2 (Kafka's default; also murmur2_random) or fnv1a (also fnv1a_random), "
-        f"got {value!r}{why}"
-    )
+from sparklog.partitioner_names import FNV1A, MURMUR2, NEW_TOPIC_PARTITIONER, PARTITIONERS
 
 
 def partitions_for_keys(keys: pa.Array, partitions: int, partitioner: str = NEW_TOPIC_PARTITIONER) -> np.ndarray:

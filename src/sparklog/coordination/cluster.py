@@ -14,7 +14,6 @@ from kazoo.exceptions import NodeExistsError, NoNodeError, NotEmptyError, Rolled
 from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.protocol.states import WatchedEvent
 
-from sparklog.client.partitioner import NEW_TOPIC_PARTITIONER
 from sparklog.config import PARTITIONER_CONFIG, TopicConfig
 from sparklog.coordination.zk_layout import ZkLayout, split_connect_string
 from sparklog.errors import (
@@ -27,6 +26,7 @@ from sparklog.errors import (
     UnknownTopic,
 )
 from sparklog.names import check_group_id, check_not_internal, check_topic_name
+from sparklog.partitioner_names import NEW_TOPIC_PARTITIONER
 from sparklog.security.zookeeper_acls import ZooKeeperDigest, client_options
 
 # the most partitions a topic may have (Kafka's num.partitions.max; KIP-578 has no default, we pick

@@ -29,8 +29,8 @@ import dataclasses
 import logging
 from collections.abc import Mapping
 
-from sparklog.client.partitioner import MURMUR2, partitioner_name
 from sparklog.errors import InvalidConfig, InvalidRequest
+from sparklog.partitioner_names import MURMUR2, partitioner_name
 
 log = logging.getLogger("sparklog.datasource")
 

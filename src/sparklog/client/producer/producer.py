@@ -23,7 +23,6 @@ import pyarrow as pa
 
 from sparklog.client.cluster_address import resolve
 from sparklog.client.cluster_client import DEFAULT_ZOOKEEPER, ClusterClient
-from sparklog.client.partitioner import partitioner_name
 from sparklog.client.producer.broker_stream import BrokerProduceStream
 from sparklog.client.producer.futures import BatchMetadata, GroupOutcome, ProduceFuture
 from sparklog.client.producer.produce_batch import PartitionRows, wire_batches
@@ -32,6 +31,7 @@ from sparklog.client.producer.row_routing import RowRouter, place, rows_by_parti
 from sparklog.client.producer.sender import Sender
 from sparklog.coordination.cluster import BrokerInfo
 from sparklog.errors import InvalidConfig, InvalidRecord, InvalidRequest
+from sparklog.partitioner_names import partitioner_name
 from sparklog.records import HEADER_TYPE, wire_batch_of_rows
 from sparklog.schemas.codec import decode_avro
 from sparklog.schemas.value_schema import ValueSchema
