@@ -1,4 +1,4 @@
-"""``sparklog consume TOPIC``: print records, optionally as a consumer group committing to ZooKeeper."""
+"""``sparklog consume TOPIC``: print records, optionally as a consumer group committing its offsets."""
 
 from __future__ import annotations
 
@@ -39,7 +39,8 @@ milliseconds, UTC), "key", "value", "headers"}. key and value are UTF-8 text, {"
 the bytes are not UTF-8, or null; headers is an object of name to value (same encoding), {} if none.
 
 With --group, the offsets of the records printed (the next offset to read, per partition) are
-committed to ZooKeeper after they were written out: every second while records flow, and at exit.
+committed after they were written out: every second while records flow, and at exit. They are kept
+in ZooKeeper, written there directly with --zookeeper and through a broker with --bootstrap-server.
 The number of records printed goes to standard error at exit (unless --quiet)."""
 
 
