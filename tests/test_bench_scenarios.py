@@ -61,3 +61,35 @@ def test_spark_read_from_memory_and_spark_write_from_files(spark: object) -> Non
     written = spark_scenarios.spark_write(records=30_000, batch_records=5_000, partitions=2, source="files")
     # the scenario checks that the target topic holds exactly the rows of the files
     assert written["source"] == "files" and written["records"] == 30_000
+
+
+def test_tier_tiers_every_closed_segment_and_compares_produce_with_and_without_the_lake() -> None:
+    from sparklog.bench import tier
+
+    # 500 records of ~110 bytes are ~55 KB a batch: with 64 KiB segments each batch is a segment
+    result = tier.tier(records=8_000, batch_records=500, partitions=2, repeat=2, segment_bytes=64 * 1024)
+    assert result["scenario"] == "tier" and result["records"] == 8_000
+    # the scenario checks that each Delta table holds exactly the records of the closed segments;
+    # only each partition's active segment (one batch) is not tiered
+    assert 8_000 - 2 * 500 <= result["tier_table_rows"] < 8_000
+    assert 0 < result["tier_records"] <= result["tier_table_rows"]
+    assert result["tier_timed_from"] in ("first-commit", "alter") and result["tier_records_per_s"] > 0
+    assert len(result["produce_records_per_s_lake_all"]) == len(result["produce_records_per_s_plain_all"]) == 2
+    assert result["produce_records_per_s_lake"] > 0 and result["produce_records_per_s_plain"] > 0
+    assert isinstance(result["produce_cost_pct"], float) and result["tier_catch_up_s"] >= 0
+    assert result["tier_lag_records"] >= 0
+
+
+@pytest.mark.slow
+def test_spark_read_lake_reads_every_record_through_delta_and_through_the_source(spark: object) -> None:
+    from sparklog.bench import spark_lake_scenarios
+
+    result = spark_lake_scenarios.spark_read_lake(
+        records=6_000, batch_records=500, partitions=2, repeat=1, segment_bytes=64 * 1024
+    )
+    # the scenario checks that each read (read_topic of the lake topic, of the plain topic) counted
+    # every record; 6 batches a partition, 5 of them in closed segments, tiered
+    assert result["scenario"] == "spark-read" and result["source"] == "lake" and result["records"] == 6_000
+    assert (result["lake_rows"], result["tail_rows"]) == (5_000, 1_000)
+    assert result["lake_rows_per_s"] > 0 and result["log_rows_per_s"] > 0 and result["lake_speedup"] > 0
+    assert len(result["lake_seconds_all"]) == len(result["log_seconds_all"]) == 1

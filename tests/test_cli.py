@@ -284,6 +284,9 @@ def test_errors_are_one_line_without_traceback(chroot: str) -> None:
             (("bench", "produce", "--source", "files"), zk, ("produce has no choice of source",)),
             (("bench", "spark-read", "--source", "files"), zk, ("spark-read reads from topic or memory",)),
             (("bench", "spark-write", "--source", "files", "--against", "kafka"), zk, ("drop --source",)),
+            (("bench", "produce", "--lake"), zk, ("--lake is for the spark-read scenario",)),
+            (("bench", "spark-read", "--lake", "--source", "memory"), zk, ("drop --source",)),
+            (("bench", "spark-read", "--segment-bytes", "65536"), zk, ("--segment-bytes is for the tier",)),
         ]
     )
 

@@ -36,20 +36,20 @@ def _cluster_and_topic(
     return cluster
 
 
-def _produce_columnar(
-    producer: Producer, batch: pa.RecordBatch, batches: int, partitions: int, in_flight: int = 1
+def produce_columnar(
+    producer: Producer, batch: pa.RecordBatch, batches: int, partitions: int, in_flight: int = 1, topic: str = TOPIC
 ) -> float:
     """``send_batch`` tables of one batch per partition (the producer spreads the batches of an
-    unkeyed table over the partitions and sends them in parallel); with ``in_flight`` > 1 through
-    ``send_batch_async``, that many tables on their way at once (as Kafka's perf tool keeps
-    requests in flight)."""
+    unkeyed table over the partitions and sends them in parallel) into ``topic``; with
+    ``in_flight`` > 1 through ``send_batch_async``, that many tables on their way at once (as
+    Kafka's perf tool keeps requests in flight). Returns the seconds until the last was acknowledged."""
     table = pa.Table.from_batches([batch] * partitions)
     calls, rest = divmod(batches, partitions)
     tables = [table] * calls + ([pa.Table.from_batches([batch] * rest)] if rest else [])
     waiting: collections.deque[Any] = collections.deque()
     start = time.perf_counter()
     for each in tables:
-        waiting.append(producer.send_batch_async(TOPIC, each))
+        waiting.append(producer.send_batch_async(topic, each))
         if len(waiting) >= in_flight:
             waiting.popleft().result()
         _THREADS[0] = max(_THREADS[0], threading.active_count())
@@ -84,9 +84,9 @@ def produce(
         try:
             config = cluster.client_config()
             with Producer(cluster.zookeeper, acks=acks, batch_records=batch_records, config=config) as producer:
-                _produce_columnar(producer, batch, min(batches, 4 * partitions), partitions)  # warm-up
-                took = _produce_columnar(producer, batch, batches, partitions, in_flight)
-                sync_took = _produce_columnar(producer, batch, batches, partitions)
+                produce_columnar(producer, batch, min(batches, 4 * partitions), partitions)  # warm-up
+                took = produce_columnar(producer, batch, batches, partitions, in_flight)
+                sync_took = produce_columnar(producer, batch, batches, partitions)
                 value = b"x" * value_bytes
                 start = time.perf_counter()
                 for i in range(send_records):
@@ -143,7 +143,7 @@ def consume(
         try:
             config = cluster.client_config()
             with Producer(cluster.zookeeper, config=config) as producer:
-                _produce_columnar(producer, batch, batches, partitions)
+                produce_columnar(producer, batch, batches, partitions)
             for _ in range(repeat + 1):  # the first pass warms the broker's page cache and maps
                 with Consumer(
                     TOPIC, zookeeper=cluster.zookeeper, auto_offset_reset="earliest", max_bytes=32 << 20, config=config

@@ -801,7 +801,7 @@ WARMUP_TOPIC = "warmup"
 
 def spark_session(app: str = "sparklog-bench-kafka", cores: int = 2, extra_jars: Sequence[str] = ()) -> Any:
     """A local Spark session with Spark's Kafka connector (jars from ``.deps/spark-kafka``),
-    configured like ``spark_scenarios._spark``."""
+    configured like ``spark_scenarios.bench_spark``."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
 

@@ -33,34 +33,47 @@ from sparklog.client.admin import Admin
 from sparklog.client.producer import Producer
 from sparklog.datasource.query_start import start_stream
 from sparklog.local_cluster import LocalCluster
+from sparklog.spark_session import local_spark
 
 SOURCE = "bench-spark"
 TARGET = "bench-spark-out"
 
 
-def _spark(cores: int) -> tuple[Any, bool]:
+def bench_spark(cores: int, delta: bool = False) -> tuple[Any, bool]:
+    """The active SparkSession, or a new ``local[cores]`` one (with ``delta``: with Delta Lake, as
+    :func:`sparklog.spark_session.local_spark` configures it); and whether it was made here (the
+    caller then stops it)."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
 
     import sparklog.datasource
 
+    settings = {
+        "spark.ui.enabled": "false",
+        "spark.sql.shuffle.partitions": str(cores),
+        "spark.sql.session.timeZone": "UTC",
+        "spark.pyspark.python": sys.executable,
+        "spark.driver.memory": "4g",
+    }
     existing = SparkSession.getActiveSession()
-    session = existing or (
-        SparkSession.builder.master(f"local[{cores}]")
-        .appName("sparklog-bench")
-        .config("spark.ui.enabled", "false")
-        .config("spark.sql.shuffle.partitions", str(cores))
-        .config("spark.sql.session.timeZone", "UTC")
-        .config("spark.pyspark.python", sys.executable)
-        .config("spark.driver.memory", "4g")
-        .getOrCreate()
-    )
+    if existing is not None:
+        session = existing
+    elif delta:  # local_spark's keyword settings spell dots as underscores
+        conf = {key.replace(".", "_"): value for key, value in settings.items()}
+        session = local_spark("sparklog-bench", f"local[{cores}]", **conf)
+    else:
+        builder = SparkSession.builder.master(f"local[{cores}]").appName("sparklog-bench")
+        for key, value in settings.items():
+            builder = builder.config(key, value)
+        session = builder.getOrCreate()
     session.sparkContext.setLogLevel("ERROR")
     sparklog.datasource.register(session)
     return session, existing is None
 
 
-def _fill(zookeeper: str, topic: str, records: int, value_bytes: int, partitions: int, batch_records: int) -> int:
+def fill_topic(zookeeper: str, topic: str, records: int, value_bytes: int, partitions: int, batch_records: int) -> int:
+    """About ``records`` records of ``value_bytes`` (whole batches of ``batch_records``, the
+    partitions in turn) produced into ``topic``; returns how many."""
     batch = pa.record_batch({"value": make_values(batch_records, value_bytes)})
     batches = max(1, records // batch_records)
     with Producer(zookeeper, acks="1", batch_records=batch_records) as producer:
@@ -150,7 +163,7 @@ def spark_read(
     if fields is not None:
         return spark_read_fields(fields, records, partitions, batch_records, repeat, cores, source)
 
-    spark, own = _spark(cores)
+    spark, own = bench_spark(cores)
     times: list[float] = []
     warmup_rows = 20 * batch_records
     with tempfile.TemporaryDirectory(prefix="sparklog-bench-") as tmp:
@@ -170,8 +183,8 @@ def spark_read(
                 with Admin(zk) as admin:
                     admin.create_topic(SOURCE, partitions, 1)
                     admin.create_topic("warmup", partitions, 1)
-                _fill(zk, "warmup", warmup_rows, value_bytes, partitions, batch_records)
-                total = _fill(zk, SOURCE, records, value_bytes, partitions, batch_records)
+                fill_topic(zk, "warmup", warmup_rows, value_bytes, partitions, batch_records)
+                total = fill_topic(zk, SOURCE, records, value_bytes, partitions, batch_records)
 
                 def query(warmup: bool, checkpoint: str) -> Any:
                     return _read_writer(spark, zk, "warmup" if warmup else SOURCE, checkpoint)
@@ -221,7 +234,7 @@ def spark_read_fields(
     from sparklog.bench.broker_scenarios import fill_typed_topic, typed_schema
     from sparklog.datasource import connections
 
-    spark, own = _spark(cores)
+    spark, own = bench_spark(cores)
     times: dict[str, list[float]] = {"all": [], "fields": []}
     with tempfile.TemporaryDirectory(prefix="sparklog-bench-") as tmp:
         cluster = None
@@ -282,7 +295,7 @@ def spark_write(
 
     if source not in ("topic", "files"):
         raise ValueError(f"spark-write reads from source 'topic' or 'files', not {source!r}")
-    spark, own = _spark(cores)
+    spark, own = bench_spark(cores)
     times: list[float] = []
     with tempfile.TemporaryDirectory(prefix="sparklog-bench-") as tmp:
         cluster = LocalCluster(os.path.join(tmp, "cluster"), brokers=1).start()
@@ -298,8 +311,8 @@ def spark_write(
                 _parquet(spark, os.path.join(tmp, "warmup"), 20 * batch_records, value_bytes, partitions)
                 total = _parquet(spark, os.path.join(tmp, SOURCE), records, value_bytes, partitions)
             else:
-                _fill(zk, "warmup", 20 * batch_records, value_bytes, partitions, batch_records)
-                total = _fill(zk, SOURCE, records, value_bytes, partitions, batch_records)
+                fill_topic(zk, "warmup", 20 * batch_records, value_bytes, partitions, batch_records)
+                total = fill_topic(zk, SOURCE, records, value_bytes, partitions, batch_records)
 
             def copy(name: str, target: str, checkpoint: str) -> Any:
                 if source == "files":

@@ -19,10 +19,11 @@ OPTIONS: dict[str, tuple[type, str]] = {
     "replication-factor": (int, "replicas per partition (brokers started to match)"),
     "brokers": (int, "brokers to start"),
     "send-records": (int, "records for the per-record send() part of 'produce'"),
-    "in-flight": (int, "'produce': send_batch_async tables on their way at once (default 4)"),
+    "in-flight": (int, "'produce', 'tier': send_batch_async tables on their way at once (default 4)"),
     "rate": (int, "records/s for 'latency'"),
     "seconds": (float, "duration of 'latency' and of the measured window of 'idle'"),
     "segments": (int, "'startup': segments per partition replica (default 10)"),
+    "segment-bytes": (int, "'tier', 'spark-read --lake': segment.bytes of the benchmark topics (default 8 MiB)"),
 }
 SOURCES = {"spark-read": ("topic", "memory"), "spark-write": ("topic", "files")}
 
@@ -60,6 +61,12 @@ def add_bench(sub: argparse._SubParsersAction) -> None:
         "--repeat then counts interleaved rounds (default 3, medians)",
     )
     p.add_argument(
+        "--lake",
+        action="store_true",
+        help="spark-read: sparklog.spark.read_topic of a tiered lake-enabled topic (history through Spark's "
+        "Delta reader) against the Python source's read of the same records in a plain topic, same run",
+    )
+    p.add_argument(
         "--secure",
         action="store_true",
         help="produce, consume: brokers with SASL_SSL (SCRAM-SHA-256) and ACLs, as `sparklog up --secure`",
@@ -92,6 +99,14 @@ def run_bench(args: argparse.Namespace) -> int:
         if args.scenario != "startup":
             raise CliError("--unclean is for the startup scenario")
         options["unclean"] = True
+    if args.lake:
+        if args.scenario != "spark-read":
+            raise CliError("--lake is for the spark-read scenario")
+        if "source" in options or "fields" in options or args.against:
+            raise CliError("--lake compares read_topic with the sparklog source: drop --source, --fields, --against")
+        options["lake"] = True
+    if "segment_bytes" in options and args.scenario != "tier" and not args.lake:
+        raise CliError("--segment-bytes is for the tier and spark-read --lake scenarios")
     source = options.get("source")
     if source is not None and source not in SOURCES.get(args.scenario, ()):
         known = SOURCES.get(args.scenario)

@@ -1,0 +1,126 @@
+"""``sparklog bench spark-read --lake``: a whole topic's history read through Spark's own Delta
+reader (:func:`sparklog.spark.read_topic`) against the same records read through the ``sparklog``
+Python source alone, in the same run and the same SparkSession (issue 19's target: at least 4x).
+
+A local cluster (embedded ZooKeeper, one broker process with ``--lake-dir``, ``LocalCluster``'s
+default ``<data dir>/lake``) gets two topics of ``partitions`` partitions and
+``segment.bytes=segment_bytes``, filled (not timed) with the same ``records`` records of
+``value_bytes`` (:func:`sparklog.bench.spark_scenarios.fill_topic`): ``bench-spark-lake`` with
+``lake.enabled=true`` and ``bench-spark-log`` without. Then, until its leader's lake offsets reach
+the log's closed ends (:mod:`sparklog.bench.lake_progress`), the lake topic is tiered: every
+closed segment is in its Delta table, only each partition's active segment (at most
+``segment_bytes``) is not. Its segments stay on the broker's disk (local retention as total
+retention); ``read_topic`` reads the log only from the lake offsets on either way.
+
+Both reads are the same batch query, ``read_topic(spark, topic, zookeeper=...)`` into Spark's
+``noop`` sink (``.write.format("noop").mode("overwrite").save()``), counting its rows with an
+``Observation`` in the same job:
+
+* ``lake``: on the lake-enabled topic, the rows below the lake offsets through
+  ``spark.read.format("delta")`` (Spark's Parquet reader) and the live tail through the
+  ``sparklog`` source, one ``unionByName``;
+* ``log``: on the plain topic, where ``read_topic`` is the ``sparklog`` source alone (a batch read
+  from the earliest offsets to the latest), the log-only Python source read.
+
+Each read is timed from the ``read_topic`` call (planning: offsets, the Delta snapshot) to the end
+of the write, as a user sees it. ``repeat`` interleaved rounds (lake first in even rounds, log
+first in odd ones) after one unmeasured round of both (warming the JVM, the Python workers and the
+page cache); the medians are reported, and each read is checked to count every record.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import tempfile
+import time
+from typing import Any
+
+from sparklog.bench import lake_progress
+from sparklog.bench.spark_scenarios import bench_spark, fill_topic
+from sparklog.client.admin import Admin
+from sparklog.client.cluster_client import ClusterClient
+from sparklog.local_cluster import LocalCluster
+
+LAKE = "bench-spark-lake"
+LOG = "bench-spark-log"
+SEGMENT_BYTES = 8 << 20
+
+
+def timed_read(spark: Any, zookeeper: str, topic: str, rows: int) -> float:
+    """Seconds of ``read_topic(spark, topic)`` into the noop sink; checks that it read ``rows`` rows."""
+    from pyspark.sql import Observation
+    from pyspark.sql import functions as F
+
+    from sparklog.spark import read_topic
+
+    observed = Observation(f"rows-{topic}")
+    start = time.perf_counter()
+    df = read_topic(spark, topic, zookeeper=zookeeper)
+    df.observe(observed, F.count(F.lit(1)).alias("rows")).write.format("noop").mode("overwrite").save()
+    took = time.perf_counter() - start
+    read = observed.get["rows"]
+    if read != rows:
+        raise AssertionError(f"read_topic read {read} rows of {topic}, it holds {rows}")
+    return took
+
+
+def spark_read_lake(
+    records: int = 10_000_000,
+    value_bytes: int = 100,
+    partitions: int = 6,
+    batch_records: int = 10_000,
+    repeat: int = 3,
+    cores: int = 2,
+    segment_bytes: int = SEGMENT_BYTES,
+    **_: Any,
+) -> dict[str, Any]:
+    """``read_topic`` of a tiered lake-enabled topic against the Python source's read of the same
+    records in a plain topic (see the module doc)."""
+    from sparklog.datasource import connections
+
+    spark, own = bench_spark(cores, delta=True)
+    times: dict[str, list[float]] = {LAKE: [], LOG: []}
+    with tempfile.TemporaryDirectory(prefix="sparklog-bench-") as tmp:
+        cluster = LocalCluster(os.path.join(tmp, "cluster"), brokers=1).start()
+        zk = cluster.zookeeper
+        client = ClusterClient(zk)
+        try:
+            segments = {"segment.bytes": str(segment_bytes)}
+            with Admin(zk) as admin:
+                admin.create_topic(LAKE, partitions, 1, {**segments, "lake.enabled": "true"})
+                admin.create_topic(LOG, partitions, 1, segments)
+            total = fill_topic(zk, LAKE, records, value_bytes, partitions, batch_records)
+            fill_topic(zk, LOG, records, value_bytes, partitions, batch_records)
+            ends = lake_progress.closed_ends(cluster.brokers[1].data_dir, LAKE, partitions)
+            tiered = lake_progress.wait_tiered(client, LAKE, ends).end
+            for i in range(repeat + 1):  # the first round warms up
+                for topic in (LAKE, LOG) if i % 2 == 0 else (LOG, LAKE):
+                    took = timed_read(spark, zk, topic, total)
+                    if i:
+                        times[topic].append(took)
+        finally:
+            client.close()
+            connections.close_all()
+            cluster.stop()
+            if own:
+                spark.stop()
+    lake, log = statistics.median(times[LAKE]), statistics.median(times[LOG])
+    return {
+        "scenario": "spark-read",
+        "source": "lake",
+        "records": total,
+        "value_bytes": value_bytes,
+        "partitions": partitions,
+        "segment_bytes": segment_bytes,
+        "cores": cores,
+        "lake_rows": tiered,  # read from the Delta table; the rest is the live tail
+        "tail_rows": total - tiered,
+        "lake_seconds": round(lake, 3),
+        "log_seconds": round(log, 3),
+        "lake_seconds_all": [round(t, 3) for t in times[LAKE]],
+        "log_seconds_all": [round(t, 3) for t in times[LOG]],
+        "lake_rows_per_s": round(total / lake),
+        "log_rows_per_s": round(total / log),
+        "lake_speedup": round(log / lake, 2),
+    }
