@@ -110,3 +110,16 @@ def test_offset_for_time_finds_the_first_offset_at_or_after_a_time(tmp_path: Pat
     assert reader.offset_for_time("time", 0, base + 14, 30) == 14
     assert reader.offset_for_time("time", 0, base + 14, 12) is None  # only below the end asked
     assert reader.offset_for_time("time", 0, base + 30, 30) is None
+
+
+def test_a_segment_of_many_batches_is_tiered_and_read_back_in_offset_order(tmp_path: Path) -> None:
+    """A closed segment holds many stored batches, tiered in one commit; delta-rs writes the
+    batches of a multi-batch table in any order, so the file must still hold them in offset order
+    (the union read returns a file's rows as stored: out of order, a consumer's position would skip)."""
+    writer, reader = DeltaTableWriter(str(tmp_path)), LakeReader(str(tmp_path))
+    batches = [stored_batch(first, 10) for first in range(0, 80, 10)]
+    writer.append("t", 0, lake_rows(0, batches, 0, 80), None, 80)
+    assert offsets_of(reader.read("t", 0, 0, 80, 1 << 30)) == list(range(80))
+    assert offsets_of(reader.read("t", 0, 35, 80, 1 << 30)) == list(range(35, 80))
+    some = offsets_of(reader.read("t", 0, 0, 80, 600))  # the first rows only, from offset 0 on
+    assert 1 <= len(some) < 80 and some == list(range(len(some)))

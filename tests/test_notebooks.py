@@ -16,7 +16,12 @@ pytestmark = pytest.mark.slow
 
 NOTEBOOKS = Path(__file__).resolve().parent.parent / "examples" / "notebooks"
 # charts each notebook must draw (image/png outputs)
-CHARTS = {"01-quickstart.ipynb": 0, "02-stream-to-delta.ipynb": 1, "03-replay-and-lag.ipynb": 2}
+CHARTS = {
+    "01-quickstart.ipynb": 0,
+    "02-stream-to-delta.ipynb": 1,
+    "03-replay-and-lag.ipynb": 2,
+    "04-topic-history-in-delta.ipynb": 1,
+}
 
 
 def test_every_notebook_is_tested_and_committed_without_outputs() -> None:

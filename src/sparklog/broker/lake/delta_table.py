@@ -51,7 +51,10 @@ class DeltaTableWriter:
 
     def append(self, topic: str, partition: int, rows: pa.Table, after: int | None, version: int) -> None:
         """One commit: ``rows`` and the partition's transaction version ``version``, only if the
-        table's version for it is still ``after`` (LakeConflict otherwise)."""
+        table's version for it is still ``after`` (LakeConflict otherwise). ``rows`` go in as one
+        record batch: ``write_deltalake`` writes the batches of a multi-batch table in any order
+        (deltalake 1.6), and a partition's rows must be stored in offset order (the union read
+        returns them as stored)."""
         app = app_id(topic, partition)
         table = self._open(topic)
         current = None if table is None else table.transaction_version(app)
@@ -60,7 +63,7 @@ class DeltaTableWriter:
         try:
             write_deltalake(
                 table if table is not None else table_uri(self.lake_dir, topic),
-                rows,
+                rows.combine_chunks(),
                 mode="append",
                 partition_by=[PARTITION_COLUMN],
                 schema_mode="merge",  # a typed topic's newer schema version adds columns
