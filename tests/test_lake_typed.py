@@ -25,10 +25,12 @@ from sparklog import Admin, Producer
 from sparklog.broker.lake import lake_reader
 from sparklog.broker.lake.delta_table import DeltaTableWriter, schema_app_id
 from sparklog.broker.lake.lake_reader import LakeReader
+from sparklog.broker.lake.rows import lake_rows
+from sparklog.broker.lake.source import READ_ALL
 from sparklog.broker.lake.tierer import Tierer
 from sparklog.broker.lake.union_read import as_stored
 from sparklog.broker.log import PartitionLog
-from sparklog.errors import InvalidConfig
+from sparklog.errors import InvalidConfig, LakeConflict
 from sparklog.lake_layout import value_column_clashes
 from sparklog.records import schema_version
 from sparklog.schemas.value_schema import ValueSchema
@@ -280,3 +282,35 @@ def test_a_typed_topics_table_has_its_fields_as_columns_through_schema_evolution
     expected = [click(i, country="unknown") for i in range(6)] + [click(i, country="NO") for i in range(6, 9)]
     assert rows.select(["page", "ms", "tags", "country"]).to_pylist() == expected
     broker.stop()
+
+
+def test_a_rewrite_racing_an_append_conflicts(tmp_path: Path) -> None:
+    """A rewrite planned on a snapshot that an append (a partition's first, or a later one) then
+    moved past is refused: no row lands in the table in an older version than the table's."""
+    v1, v2 = versions(V1, V2)
+    log = PartitionLog(tmp_path / "log", config(segment_bytes=1024), value_type=v1.arrow_type, schema_version=1)
+    for i in range(4):
+        append(log, v1, [order(i)])
+    writer = DeltaTableWriter(str(tmp_path / "lake"))
+
+    def tier(partition: int, start: int, after: int | None) -> None:
+        rows = lake_rows(partition, log.read(start, READ_ALL, upto=start + 1), start, start + 1, [v1])
+        writer.append(TOPIC, partition, rows, after, start + 1, [v1])
+
+    tier(0, 0, None)
+    for partition, start, after in ((1, 0, None), (0, 1, 1)):  # a first append, then a later one
+        stale = DeltaTable(str(tmp_path / "lake" / TOPIC))
+        tier(partition, start, after)
+        with pytest.raises(LakeConflict):
+            writer._evolve(TOPIC, stale, [v1, v2])  # planned before the append committed
+        assert table_schema_version(tmp_path / "lake") == 1
+    writer.evolve(TOPIC, [v1, v2])
+    rows = table(tmp_path / "lake")
+    assert table_schema_version(tmp_path / "lake") == 2
+    assert sorted(zip(rows["partition"].to_pylist(), rows["offset"].to_pylist(), strict=True)) == [
+        (0, 0),
+        (0, 1),
+        (1, 0),
+    ]
+    assert rows["currency"].to_pylist() == ["EUR"] * 3
+    log.close()

@@ -56,12 +56,13 @@ def lake_rows(
         writer = schema_of_version(schemas, written) if written is not None else latest
         if writer is None:
             raise LakeUnavailable(f"stored values are in schema version {written}, unknown to this broker")
-        table = flatten_value(table, evolve(table.column("value").combine_chunks(), writer, latest))
+        chunks = [evolve(chunk, writer, latest) for chunk in table.column("value").chunks]  # per batch: no copy
+        table = flatten_value(table, pa.chunked_array(chunks, type=latest.arrow_type))
     column = pa.array(np.full(table.num_rows, partition, dtype=np.int32))
     return table.add_column(0, pa.field(PARTITION_COLUMN, pa.int32(), nullable=False), column)
 
 
-def flatten_value(table: pa.Table, value: pa.StructArray) -> pa.Table:
+def flatten_value(table: pa.Table, value: pa.StructArray | pa.ChunkedArray) -> pa.Table:
     """``table`` (record columns, its ``value`` or value field columns dropped) with ``value``'s
     fields as nullable columns after them (a null value: nulls in every one)."""
     kept = [name for name in RECORD_COLUMNS if name in table.column_names]
