@@ -30,9 +30,11 @@ from sparklog.broker.lake.source import READ_ALL
 from sparklog.broker.lake.tierer import Tierer
 from sparklog.broker.lake.union_read import as_stored
 from sparklog.broker.log import PartitionLog
+from sparklog.coordination.cluster import ClusterMetadata
 from sparklog.errors import InvalidConfig, LakeConflict
 from sparklog.lake_layout import value_column_clashes
 from sparklog.records import schema_version
+from sparklog.schemas.registry import SchemaRegistry
 from sparklog.schemas.value_schema import ValueSchema
 from test_lake_logic import FakeOffsets, LogSource
 
@@ -243,6 +245,8 @@ def test_clashing_value_fields_are_refused_on_lake_topics(
         for client in (admin, remote):
             with pytest.raises(InvalidConfig, match=r"'headers' clash"):
                 client.register_schema("lake", json.dumps(clashing("headers")))
+        with ClusterMetadata(sparklog_connect) as meta, pytest.raises(InvalidConfig, match=r"'headers' clash"):
+            SchemaRegistry.from_cluster(meta).check("lake", clashing("headers"))
         assert admin.register_schema("lake", json.dumps(TYPED_V2)).version == 2
         admin.alter_topic("lake", {"lake.enabled": "false"})
         assert admin.register_schema("lake", json.dumps(clashing("headers"))).version == 3  # not a lake topic now

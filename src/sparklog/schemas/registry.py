@@ -85,10 +85,14 @@ class SchemaRegistry:
             return registered
 
     def check(self, topic: str, schema: Any, compatibility: str | None = None) -> list[Problem]:
-        """What :meth:`register` would object to (parse and mapping errors raise); [] if it would accept."""
+        """What :meth:`register` would object to (parse and mapping errors raise, and so do value
+        fields that cannot be columns of a lake-enabled topic's table); [] if it would accept."""
         _check_topic(topic)
         candidate = ValueSchema.parse(schema, topic=topic)
-        mode = self.compatibility(topic) if compatibility is None else normalize_mode(compatibility)
+        config = self._config(topic)
+        mode = config.schema_compatibility if compatibility is None else normalize_mode(compatibility)
+        if config.lake_enabled:
+            check_value_columns(topic, candidate.arrow_type.names)
         latest = self.latest_or_none(topic)
         if latest is None or latest.same_as(candidate):
             return []
