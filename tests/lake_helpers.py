@@ -109,7 +109,8 @@ TYPED_V1 = {
         {"name": "tags", "type": {"type": "array", "items": "string"}},
     ],
 }
-COUNTRY = {"name": "country", "type": ["null", "string"], "default": None}
+# a field with a non-null default: rows tiered before it was registered must read "unknown"
+COUNTRY = {"name": "country", "type": ["string", "null"], "default": "unknown"}
 TYPED_V2 = {**TYPED_V1, "fields": [*TYPED_V1["fields"], COUNTRY]}
 
 

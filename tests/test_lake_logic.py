@@ -24,6 +24,7 @@ from sparklog.coordination.lake_offsets import LakeOffsets
 from sparklog.coordination.ports import free_port
 from sparklog.errors import InvalidConfig, LakeConflict
 from sparklog.local_cluster import LocalCluster, broker_command
+from sparklog.schemas.value_schema import ValueSchema
 
 TOPIC = "events"
 
@@ -125,6 +126,7 @@ class LogSource:
         self.log = log
         self.epoch: int | None = 0
         self.hw = log.log_end_offset
+        self.schemas: list[ValueSchema] = []  # a typed topic's versions
 
     def leader_epoch(self) -> int | None:
         return self.epoch
@@ -146,6 +148,9 @@ class LogSource:
 
     def tiered(self) -> int | None:
         return self.log.tiered_offset
+
+    def value_schemas(self) -> list[ValueSchema]:
+        return self.schemas
 
 
 def filled_log(directory: Path, batches: int = 6, per_batch: int = 3) -> PartitionLog:

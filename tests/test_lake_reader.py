@@ -14,7 +14,8 @@ from sparklog.broker.lake.delta_table import DeltaTableWriter
 from sparklog.broker.lake.lake_reader import LakeReader
 from sparklog.broker.lake.rows import lake_rows
 from sparklog.broker.lake.union_read import as_stored
-from sparklog.records import record_schema, schema_version, versioned_schema
+from sparklog.records import record_schema, schema_version
+from sparklog.schemas.value_schema import ValueSchema
 
 
 def stored_batch(
@@ -75,7 +76,7 @@ def test_a_gap_reads_empty_and_rows_convert_to_the_stored_layout(tmp_path: Path)
     assert reader.first_offset("g", 0, 30) == 5
     assert reader.read("g", 0, 10, 20, 1 << 30) == []
     batches = reader.read("g", 0, 7, 30, 1 << 30)
-    stored = [as_stored(b, record_schema()) for b in batches or []]
+    stored = [as_stored(b) for b in batches or []]
     assert [h.base_offset for _, h in stored][0] == 7
     table = pa.Table.from_batches([b for b, _ in stored])
     assert table.schema.equals(record_schema())
@@ -83,22 +84,33 @@ def test_a_gap_reads_empty_and_rows_convert_to_the_stored_layout(tmp_path: Path)
     assert stored[-1][1].last_offset == 29 and stored[-1][1].max_timestamp == 1_700_000_000_029
 
 
+V1 = {"type": "record", "name": "C", "fields": [{"name": "page", "type": "string"}, {"name": "ms", "type": "long"}]}
+V2 = {**V1, "fields": [*V1["fields"], {"name": "country", "type": "string", "default": "??"}]}
+
+
 def test_typed_values_convert_to_the_latest_version(tmp_path: Path) -> None:
-    v1 = pa.struct([pa.field("page", pa.string()), pa.field("ms", pa.int64())])
-    v2 = pa.struct([pa.field("page", pa.string()), pa.field("ms", pa.int64()), pa.field("country", pa.string())])
+    """Rows of the table in version 1 (its snapshot says so) read in version 2 with the Avro
+    default; rows whose value columns are all null read as null values."""
+    v1 = ValueSchema.parse(V1, version=1, topic="ty")
+    v2 = ValueSchema.parse(V2, version=2, topic="ty")
     writer, reader = DeltaTableWriter(str(tmp_path)), LakeReader(str(tmp_path))
-    old = stored_batch(0, 2, v1, [{"page": "/a", "ms": 1}, {"page": "/b", "ms": 2}])
-    writer.append("ty", 0, lake_rows(0, [old], 0, 2), None, 2)
-    new = stored_batch(2, 1, v2, [{"page": "/c", "ms": 3, "country": "NO"}])
-    writer.append("ty", 0, lake_rows(0, [new], 2, 3), 2, 3)
-    schema = versioned_schema(v2, 2)
-    stored = [as_stored(b, schema) for b in reader.read("ty", 0, 0, 3, 1 << 30) or []]
+    old = stored_batch(0, 3, v1.arrow_type, [{"page": "/a", "ms": 1}, None, {"page": "/b", "ms": 2}])
+    writer.append(
+        "ty",
+        0,
+        lake_rows(0, [old.replace_schema_metadata({b"sparklog.schema_version": b"1"})], 0, 3, [v1]),
+        None,
+        3,
+        [v1],
+    )
+    table = pa.Table.from_batches(reader.read("ty", 0, 0, 3, 1 << 30) or [])
+    assert table.column_names == ["offset", "timestamp", "key", "headers", "page", "ms"]
+    stored = [as_stored(b, [v1, v2]) for b in reader.read("ty", 0, 0, 3, 1 << 30) or []]
     assert all(schema_version(b.schema) == 2 for b, _ in stored)
     values = [v for b, _ in stored for v in b.column("value").to_pylist()]
-    assert values == [
-        {"page": "/a", "ms": 1, "country": None},
-        {"page": "/b", "ms": 2, "country": None},
-        {"page": "/c", "ms": 3, "country": "NO"},
+    assert values == [{"page": "/a", "ms": 1, "country": "??"}, None, {"page": "/b", "ms": 2, "country": "??"}]
+    assert [as_stored(b, [v1])[0].column("value").to_pylist() for b in reader.read("ty", 0, 0, 3, 1 << 30) or []] == [
+        [{"page": "/a", "ms": 1}, None, {"page": "/b", "ms": 2}]
     ]
 
 

@@ -8,24 +8,19 @@ the active segment (never tiered)."""
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
-from deltalake import DeltaTable
 
 from broker_helpers import ProcessGroup, wait_for
 from lake_helpers import (
     LAKE_TOPIC,
     PER_BATCH,
     TIERING_TIMEOUT_S,
-    TYPED_V1,
-    TYPED_V2,
     assert_rows_exactly,
-    click,
     lake_broker,
     lake_cluster,
     produce_batches,
@@ -34,7 +29,7 @@ from lake_helpers import (
     wait_tiered,
     zk_lake_offset,
 )
-from sparklog import Admin, Producer
+from sparklog import Admin
 from sparklog.broker.lake.tierer import CRASH_ENV
 from sparklog.coordination.cluster import ClusterMetadata
 from sparklog.errors import InvalidConfig
@@ -175,31 +170,6 @@ def test_lake_enabled_on_an_existing_topic_tiers_it_from_the_log_start(
         admin.alter_topic("later", {"lake.enabled": "true"})  # the running broker's open log takes it
     wait_tiered(lake, "later", 0, 2 * PER_BATCH)
     assert_rows_exactly(lake, "later", 0, 2 * PER_BATCH)
-    broker.stop()
-
-
-@pytest.mark.slow
-def test_a_typed_topic_is_tiered_as_a_struct_that_follows_schema_evolution(
-    sparklog_connect: str, child_processes: ProcessGroup, tmp_path: Path
-) -> None:
-    lake = tmp_path / "lake"
-    broker = lake_broker(sparklog_connect, tmp_path, child_processes, lake).start()
-    with Admin(sparklog_connect) as admin:
-        admin.create_topic("typed", 1, 1, LAKE_TOPIC, value_schema=json.dumps(TYPED_V1))
-        with Producer(sparklog_connect, acks="all", linger_ms=0) as producer:
-            producer.send_batch("typed", {"value": [click(i) for i in range(5)]}, partition=0)
-        admin.register_schema("typed", json.dumps(TYPED_V2))
-        time.sleep(1.0)  # the broker and the producer follow the new version by watches
-        with Producer(sparklog_connect, acks="all", linger_ms=0) as producer:
-            for first in (5, 8):  # the new version starts a segment; the second batch rolls it
-                batch = [click(i, country="NO") for i in range(first, first + 3)]
-                producer.send_batch("typed", {"value": batch}, partition=0)
-    wait_tiered(lake, "typed", 0, 8)
-    rows = DeltaTable(str(lake / "typed")).to_pyarrow_table().sort_by("offset")
-    assert rows["offset"].to_pylist() == list(range(8))
-    assert rows["value"].to_pylist() == [{**click(i), "country": None} for i in range(5)] + [
-        click(i, country="NO") for i in range(5, 8)
-    ]
     broker.stop()
 
 

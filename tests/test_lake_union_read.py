@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from deltalake import DeltaTable
 
 from broker_helpers import ProcessGroup, wait_for
 from lake_helpers import (
@@ -207,7 +208,8 @@ def test_a_new_leader_serves_the_lake_history_too(
         cluster.close()
 
 
-TYPED_VALUES = [{**click(i), "country": None} for i in range(5)] + [click(i, country="NO") for i in range(5, 11)]
+# offsets 0-4 were produced in version 1 and tiered before version 2 existed: its default
+TYPED_VALUES = [{**click(i), "country": "unknown"} for i in range(5)] + [click(i, country="NO") for i in range(5, 11)]
 
 
 def typed_lake_topic(connect: str, topic: str) -> None:
@@ -279,6 +281,17 @@ def test_spark_reads_across_lake_and_log_exactly_once(spark: Any, spark_cluster:
     assert [r["offset"] for r in rows] == list(range(11))
     assert [r["value"].asDict(recursive=True) for r in rows] == TYPED_VALUES
     assert sorted(want.collect(), key=lambda r: r["offset"]) == rows
+    # the table itself (offsets 0-7): the value's fields as columns, version 1's rows with the
+    # default of the field version 2 added, alike through Spark SQL and the deltalake reader
+    parquet = next(f for f in got.inputFiles() if f.endswith(".parquet"))
+    root = parquet[: parquet.index(f"/lake/{typed}/") + len(f"/lake/{typed}")].removeprefix("file:")
+    countries = ["unknown"] * 5 + ["NO"] * 3
+    sql = spark.sql(f"SELECT offset, page, country FROM delta.`{root}` ORDER BY offset").collect()
+    assert [(r["offset"], r["page"], r["country"]) for r in sql] == [
+        (o, TYPED_VALUES[o]["page"], countries[o]) for o in range(8)
+    ]
+    table = DeltaTable(root).to_pyarrow_table().sort_by("offset")
+    assert table.select(["page", "ms", "tags", "country"]).to_pylist() == TYPED_VALUES[:8]
 
     # the sparklog source alone, batch (earliest by default) and availableNow from earliest: the
     # broker serves the offsets below its local log start from the table

@@ -15,8 +15,9 @@ local retention deletes meanwhile are served from the table by the broker's unio
 duplicate (the Delta part keeps only ``offset < boundary``). Columns and types are the ``sparklog``
 read schema's (``key``, ``value``, ``topic``, ``partition``, ``offset``, ``timestamp`` and, with
 ``includeHeaders``, ``headers``; a union's nullability is the wider of its two parts'); a typed
-topic's value struct in its latest schema version (the table's fields matched by name, fields it
-lacks as null).
+topic's value struct in its latest schema version, made of the table's value columns (matched by
+name; the tierer keeps the table in the topic's latest version, so added fields carry their Avro
+defaults; a field the table lacks, while the tierer has not caught up with a version, is null).
 
 The table is located by the leaders' ``list_offsets`` answer (``lake_table``: the broker's
 ``--lake-dir`` + ``/<topic>``) or by ``lake_dir=`` (needed when Spark sees the lake under another
@@ -27,6 +28,7 @@ read through the ``sparklog`` source alone. The Spark session needs Delta Lake
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Mapping
 from typing import Any
@@ -75,17 +77,19 @@ def _boundaries(options: Mapping[str, str], topic: str) -> tuple[dict[int, int],
     return boundaries, uri, TIMESTAMP_TYPES[client.topic(topic).config.message_timestamp_type]
 
 
-def _value(column: str, target: Any, source: Any) -> Column:
-    """The table's ``value`` as the sparklog read's value type (struct fields matched by name)."""
-    if isinstance(target, StructType) and isinstance(source, StructType):
-        have = set(source.fieldNames())
-        return F.struct(
-            *[
-                (F.col(f"{column}.`{f.name}`") if f.name in have else F.lit(None)).cast(f.dataType).alias(f.name)
-                for f in target.fields
-            ]
-        )
-    return F.col(column).cast(target)
+def _value(target: Any, table: StructType) -> Column:
+    """The table's value as the sparklog read's value type: a plain topic's ``value`` column; a
+    typed topic's value columns as the struct (fields matched by name, a field the table lacks is
+    null, a row whose value columns are all null is a null value, as the broker's union read)."""
+    if not isinstance(target, StructType):
+        return F.col("value").cast(target)
+    have = set(table.fieldNames())
+    present = [F.col(f"`{f.name}`") for f in target.fields if f.name in have]
+    fields = [
+        (F.col(f"`{f.name}`") if f.name in have else F.lit(None)).cast(f.dataType).alias(f.name) for f in target.fields
+    ]
+    tombstone = functools.reduce(lambda a, b: a & b, [c.isNull() for c in present], F.lit(True))
+    return F.when(tombstone, F.lit(None).cast(target)).otherwise(F.struct(*fields))
 
 
 def read_topic(spark: SparkSession, topic: str, *, lake_dir: str | None = None, **options: Any) -> DataFrame:
@@ -122,7 +126,7 @@ def read_topic(spark: SparkSession, topic: str, *, lake_dir: str | None = None, 
     types = {f.name: f.dataType for f in log.schema.fields}
     columns = [
         F.col("key").cast(types["key"]).alias("key"),
-        _value("value", types["value"], table.schema["value"].dataType).alias("value"),
+        _value(types["value"], table.schema).alias("value"),
         F.lit(topic).cast(types["topic"]).alias("topic"),
         F.col("partition").cast(types["partition"]).alias("partition"),
         F.col("offset").cast(types["offset"]).alias("offset"),

@@ -553,7 +553,7 @@ class Broker:
         only while this broker has its ZooKeeper session: the leader's fence)."""
         writable = self.zk_connected and not self._stopped.is_set()
         return [
-            PartitionSource(partition, writable)
+            PartitionSource(partition, writable, self.value_schemas.get(partition.topic, ()))
             for partition in list(self.partitions.values())
             if partition.log.config.lake_enabled and not partition.log.closed
         ]

@@ -25,6 +25,7 @@ from sparklog.errors import (
     UnknownGroup,
     UnknownTopic,
 )
+from sparklog.lake_layout import check_value_columns
 from sparklog.names import check_group_id, check_not_internal, check_topic_name
 from sparklog.partitioner_names import NEW_TOPIC_PARTITIONER
 from sparklog.security.zookeeper_acls import ZooKeeperDigest, client_options
@@ -285,7 +286,10 @@ class ClusterMetadata:
         if value_schema is not None:
             from sparklog.schemas.value_schema import ValueSchema
 
-            schema_json = ValueSchema.parse(value_schema, topic=name).json  # refuses bad or unmappable schemas now
+            parsed = ValueSchema.parse(value_schema, topic=name)  # refuses bad or unmappable schemas now
+            schema_json = parsed.json
+            if config.lake_enabled:  # its fields become the Delta table's columns
+                check_value_columns(name, parsed.arrow_type.names)
         brokers = list(self.brokers())
         if len(brokers) < replication_factor:
             raise InvalidRequest(
@@ -533,7 +537,8 @@ class ClusterMetadata:
             check_not_internal(name, "alter")
         meta = self.topic(name)
         merged = {**meta.configs, **{k: str(v) for k, v in configs.items()}}
-        TopicConfig.from_dict(merged)
+        if TopicConfig.from_dict(merged).lake_enabled:
+            check_value_columns(name, self._latest_value_fields(name))
         data, stat = self.zk.get(self.layout.topic(name))
         raw = json.loads(data)
         if raw.get("status"):
@@ -541,6 +546,17 @@ class ClusterMetadata:
         raw["configs"] = merged
         self.zk.set(self.layout.topic(name), json.dumps(raw).encode(), version=stat.version)
         return TopicMetadata(name, meta.replicas, merged)
+
+    def _latest_value_fields(self, name: str) -> list[str]:
+        """The top-level field names of a typed topic's latest value schema ([] if untyped)."""
+        try:
+            versions = [int(v) for v in self.zk.get_children(self.layout.schemas(name)) if v.isdigit()]
+            data, _ = self.zk.get(f"{self.layout.schemas(name)}/{max(versions)}") if versions else (b"{}", None)
+        except NoNodeError:
+            return []
+        schema = json.loads(data)
+        fields = schema.get("fields", []) if isinstance(schema, dict) else []
+        return [f["name"] for f in fields if isinstance(f, dict) and isinstance(f.get("name"), str)]
 
     def move_replicas(
         self,

@@ -53,6 +53,11 @@ def needs_evolution(writer: ValueSchema, reader: ValueSchema) -> bool:
     return not (writer.same_as(reader) or _same(writer.tree, reader.tree))
 
 
+def same_data(w: Node, r: Node) -> bool:
+    """Data of type node ``w`` already is data of ``r``: nothing to convert (see :func:`needs_evolution`)."""
+    return _same(w, r)
+
+
 def _same(w: Node, r: Node) -> bool:
     """Data of ``w`` already is data of ``r`` (same Arrow type, no symbol or nullability narrowing)."""
     if not w.arrow.equals(r.arrow) or (w.nullable and not r.nullable):

@@ -25,6 +25,7 @@ from kazoo.exceptions import NodeExistsError, NoNodeError
 
 from sparklog.config import TopicConfig
 from sparklog.coordination.zk_layout import ZkLayout
+from sparklog.lake_layout import check_value_columns
 from sparklog.names import check_topic_name
 from sparklog.schemas.compatibility import Problem, check, normalize_mode
 from sparklog.schemas.errors import IncompatibleSchema, UnknownSchema
@@ -58,7 +59,10 @@ class SchemaRegistry:
         :class:`IncompatibleSchema` (naming the fields) or :class:`InvalidConfig` (bad mode)."""
         _check_topic(topic)
         candidate = ValueSchema.parse(schema, topic=topic)
-        mode = self.compatibility(topic) if compatibility is None else normalize_mode(compatibility)
+        config = self._config(topic)
+        mode = config.schema_compatibility if compatibility is None else normalize_mode(compatibility)
+        if config.lake_enabled:  # the fields become the columns of the topic's Delta table
+            check_value_columns(topic, candidate.arrow_type.names)
         while True:
             latest = self.latest_or_none(topic)
             if latest is not None:
@@ -81,10 +85,14 @@ class SchemaRegistry:
             return registered
 
     def check(self, topic: str, schema: Any, compatibility: str | None = None) -> list[Problem]:
-        """What :meth:`register` would object to (parse and mapping errors raise); [] if it would accept."""
+        """What :meth:`register` would object to (parse and mapping errors raise, and so do value
+        fields that cannot be columns of a lake-enabled topic's table); [] if it would accept."""
         _check_topic(topic)
         candidate = ValueSchema.parse(schema, topic=topic)
-        mode = self.compatibility(topic) if compatibility is None else normalize_mode(compatibility)
+        config = self._config(topic)
+        mode = config.schema_compatibility if compatibility is None else normalize_mode(compatibility)
+        if config.lake_enabled:
+            check_value_columns(topic, candidate.arrow_type.names)
         latest = self.latest_or_none(topic)
         if latest is None or latest.same_as(candidate):
             return []
@@ -100,12 +108,15 @@ class SchemaRegistry:
     # ------------------------------------------------------------------ reads
     def compatibility(self, topic: str) -> str:
         """The topic's ``schema.compatibility`` (BACKWARD if the topic or the setting is absent)."""
+        return self._config(topic).schema_compatibility
+
+    def _config(self, topic: str) -> TopicConfig:
+        """The topic's configs (the defaults if the topic does not exist)."""
         try:
             data, _ = self.zk.get(self.layout.topic(topic))
         except NoNodeError:
-            return "BACKWARD"
-        configs = json.loads(data).get("configs", {})
-        return TopicConfig.from_dict(configs).schema_compatibility
+            return TopicConfig()
+        return TopicConfig.from_dict(json.loads(data).get("configs", {}))
 
     def versions(self, topic: str) -> list[int]:
         """The topic's schema versions, ascending ([] for an untyped topic)."""

@@ -6,22 +6,43 @@ how far each partition is in it. An append names the version it expects to follo
 says otherwise (another broker tiered the partition meanwhile) or a concurrent commit touched the
 same application transaction (Delta's conflict check), it is refused with :class:`LakeConflict`:
 a deposed leader can never add rows twice.
+
+A typed topic's table also records its rows' value schema version, as the application
+transaction ``sparklog-<topic>-schema``, set by the commit that creates the table, by each
+partition's first append (so a first append racing a rewrite conflicts with it), by an append
+that moves the table to a newer version, and by a rewrite (:mod:`.table_schema`, which also
+re-sets every partition's transaction: any concurrent append conflicts with it). Rows are only
+ever appended in the table's version: a broker whose latest version is older than the table's
+(its schema watch has not fired yet) is refused with :class:`LakeConflict` until it catches up.
 """
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Sequence
+
 import pyarrow as pa
+import pyarrow.compute as pc
 from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundError
 
-from sparklog.broker.lake.rows import PARTITION_COLUMN
+from sparklog.broker.lake.rows import PARTITION_COLUMN, schema_of_version
+from sparklog.broker.lake.table_schema import additive, rewritten
 from sparklog.errors import LakeConflict, LakeUnavailable
 from sparklog.names import check_topic_name
+from sparklog.schemas.value_schema import ValueSchema
+
+log = logging.getLogger(__name__)
 
 
 def app_id(topic: str, partition: int) -> str:
     """The Delta application transaction id of one partition."""
     return f"sparklog-{topic}-{partition}"
+
+
+def schema_app_id(topic: str) -> str:
+    """The Delta application transaction id whose version is a typed topic's table's schema version."""
+    return f"sparklog-{topic}-schema"
 
 
 def table_uri(lake_dir: str, topic: str) -> str:
@@ -49,28 +70,90 @@ class DeltaTableWriter:
         table = self._open(topic)
         return None if table is None else table.transaction_version(app_id(topic, partition))
 
-    def append(self, topic: str, partition: int, rows: pa.Table, after: int | None, version: int) -> None:
+    def append(
+        self,
+        topic: str,
+        partition: int,
+        rows: pa.Table,
+        after: int | None,
+        version: int,
+        schemas: Sequence[ValueSchema] = (),
+    ) -> None:
         """One commit: ``rows`` and the partition's transaction version ``version``, only if the
-        table's version for it is still ``after`` (LakeConflict otherwise). ``rows`` go in as one
-        record batch: ``write_deltalake`` writes the batches of a multi-batch table in any order
-        (deltalake 1.6), and a partition's rows must be stored in offset order (the union read
-        returns them as stored)."""
+        table's version for it is still ``after`` (LakeConflict otherwise). ``schemas``: a typed
+        topic's versions (``rows`` are in the latest): the table is brought to it first. ``rows``
+        go in as one record batch: ``write_deltalake`` writes the batches of a multi-batch table
+        in any order (deltalake 1.6), and a partition's rows must be stored in offset order (the
+        union read returns them as stored)."""
         app = app_id(topic, partition)
         table = self._open(topic)
         current = None if table is None else table.transaction_version(app)
         if current != after:
             raise LakeConflict(f"{topic}-{partition}: the Delta table is at offset {current}, expected {after}")
+        transactions = [Transaction(app, version)]
+        if schemas:
+            latest = schemas[-1].version
+            if table is not None and self._evolve(topic, table, schemas):
+                table = self._open(topic)  # rewritten: append to the new version
+            at = None if table is None else table.transaction_version(schema_app_id(topic))
+            if at != latest or after is None:
+                transactions.append(Transaction(schema_app_id(topic), latest))
+        self._write(topic, table, rows, "append", transactions)
+
+    def evolve(self, topic: str, schemas: Sequence[ValueSchema]) -> None:
+        """Bring a typed topic's table to its latest schema version now, if that needs a rewrite
+        (an additive version is taken by the next append)."""
+        table = self._open(topic)
+        if table is not None:
+            self._evolve(topic, table, schemas)
+
+    def _evolve(self, topic: str, table: DeltaTable, schemas: Sequence[ValueSchema]) -> bool:
+        """Rewrite ``table`` in the latest of ``schemas`` if its rows need it; True if it did."""
+        latest = schemas[-1]
+        at = table.transaction_version(schema_app_id(topic))
+        if at is None:
+            raise LakeUnavailable(
+                f"the Delta table of typed topic {topic!r} records no sparklog schema version (written by an "
+                "older sparklog or while the topic was untyped): move it away to tier the topic afresh"
+            )
+        if at > latest.version:
+            raise LakeConflict(f"{topic}: the Delta table is in schema version {at}, this broker knows {latest.label}")
+        if at == latest.version:
+            return False
+        old = schema_of_version(schemas, at)
+        if old is None:
+            raise LakeUnavailable(f"the Delta table of {topic!r} is in schema version {at}, unknown to this broker")
+        if additive(old, latest):
+            return False
+        try:
+            # in offset order within each partition, as appends wrote them (the union read relies on it)
+            rows = table.to_pyarrow_table().sort_by([(PARTITION_COLUMN, "ascending"), ("offset", "ascending")])
+        except (DeltaError, OSError) as exc:
+            raise LakeUnavailable(f"cannot read the Delta table of {topic!r}: {exc}") from exc
+        transactions = [Transaction(schema_app_id(topic), latest.version)]
+        for p in pc.unique(rows.column(PARTITION_COLUMN)).to_pylist():
+            tiered = table.transaction_version(app_id(topic, p))
+            if tiered is not None:  # re-set as it is: an append racing this rewrite conflicts with it
+                transactions.append(Transaction(app_id(topic, p), tiered))
+        self._write(topic, table, rewritten(rows, old, latest), "overwrite", transactions)
+        log.info("%s: Delta table rewritten from %s to %s (%d rows)", topic, old.label, latest.label, rows.num_rows)
+        return True
+
+    def _write(
+        self, topic: str, table: DeltaTable | None, rows: pa.Table, mode: str, transactions: list[Transaction]
+    ) -> None:
         try:
             write_deltalake(
                 table if table is not None else table_uri(self.lake_dir, topic),
                 rows.combine_chunks(),
-                mode="append",
+                mode=mode,  # type: ignore[arg-type]
                 partition_by=[PARTITION_COLUMN],
-                schema_mode="merge",  # a typed topic's newer schema version adds columns
+                # append: a typed topic's additive version adds columns; overwrite: a rewrite's
+                schema_mode="merge" if mode == "append" else "overwrite",
                 storage_options=self.storage_options if table is None else None,
-                commit_properties=CommitProperties(app_transactions=[Transaction(app, version)]),
+                commit_properties=CommitProperties(app_transactions=transactions),
             )
         except CommitFailedError as exc:
-            raise LakeConflict(f"{topic}-{partition}: concurrent Delta commit: {exc}") from exc
+            raise LakeConflict(f"{topic}: concurrent Delta commit: {exc}") from exc
         except (DeltaError, OSError) as exc:
-            raise LakeUnavailable(f"cannot append to the Delta table of {topic!r}: {exc}") from exc
+            raise LakeUnavailable(f"cannot write the Delta table of {topic!r}: {exc}") from exc

@@ -8,6 +8,10 @@ statistics prune row groups) until ``max_bytes``: no per-record Python, and only
 hold the range are opened. The snapshot is refreshed (``update_incremental``) only when a read or
 the first-offset question needs offsets it does not cover yet, i.e. when the lake offset moved.
 
+A typed topic's batches are tagged with the value schema version of the snapshot they come from
+(the table's ``sparklog-<topic>-schema`` transaction, in the stored layout's schema metadata,
+:func:`sparklog.records.versioned_schema`): the union read evolves them from it.
+
 The table is append-only for sparklog (retention never deletes rows from it), so a partition's
 first offset in the table, once known, stays. Rows deleted from the table by hand (Delta
 ``DELETE``/``VACUUM``) read as a gap.
@@ -27,9 +31,10 @@ import pyarrow.dataset as ds
 from deltalake import DeltaTable
 from deltalake.exceptions import DeltaError, TableNotFoundError
 
-from sparklog.broker.lake.delta_table import table_uri
+from sparklog.broker.lake.delta_table import schema_app_id, table_uri
 from sparklog.broker.lake.rows import PARTITION_COLUMN
 from sparklog.errors import LakeUnavailable
+from sparklog.records import SCHEMA_VERSION_KEY
 
 REFRESH_MIN_S = 1.0  # a table that still lacks asked offsets is read again at most this often
 READ_BATCH_ROWS = 64 * 1024
@@ -43,6 +48,7 @@ class _Files:
     lasts: list[int]
     max_times: list[int | None]  # each file's largest timestamp (ms; None: no statistics)
     fragments: list[ds.Fragment]
+    metadata: dict[bytes, bytes] | None  # a typed topic's: its rows' value schema version
 
     @property
     def last(self) -> int:
@@ -58,7 +64,7 @@ class _Snapshot:
     read_at: float
 
 
-def _index(table: DeltaTable) -> _Snapshot:
+def _index(table: DeltaTable, topic: str) -> _Snapshot:
     """The partitions' files of ``table``'s current version, from its add actions' statistics."""
     dataset = table.to_pyarrow_dataset()
     by_path = {fragment.path: fragment for fragment in dataset.get_fragments()}
@@ -79,11 +85,13 @@ def _index(table: DeltaTable) -> _Snapshot:
             if fragment is None or first is None or last is None or part is None:
                 continue  # no statistics (not written by sparklog): not readable by offset
             rows.setdefault(int(part), []).append((int(first), int(last), max_time, fragment))
+    version = table.transaction_version(schema_app_id(topic))
+    metadata = None if version is None else {SCHEMA_VERSION_KEY: str(version).encode()}
     partitions: dict[int, _Files] = {}
     for part, files in rows.items():
         files.sort(key=lambda item: item[0])
         firsts, lasts, max_times, fragments = (list(column) for column in zip(*files, strict=True))
-        partitions[part] = _Files(firsts, lasts, max_times, fragments)
+        partitions[part] = _Files(firsts, lasts, max_times, fragments, metadata)
     return _Snapshot(table, partitions, time.monotonic())
 
 
@@ -122,7 +130,7 @@ class LakeReader:
                 else:
                     table = snapshot.table
                     table.update_incremental()
-                snapshot = _index(table)
+                snapshot = _index(table, topic)
             except TableNotFoundError:
                 return None
             except (DeltaError, OSError) as exc:
@@ -139,7 +147,8 @@ class LakeReader:
     def read(self, topic: str, partition: int, offset: int, end: int, max_bytes: int) -> list[pa.RecordBatch] | None:
         """The table's rows of ``partition`` with offsets in ``[offset, end)``, in offset order,
         about ``max_bytes`` of them (at least one batch if any row is there). Columns as stored
-        in the table (``partition`` left out). None when the snapshot read does not reach ``end``
+        in the table (``partition`` left out; a typed topic's tagged with the snapshot's schema
+        version). None when the snapshot read does not reach ``end``
         yet (read again later: an empty answer would skip offsets), ``[]`` when the table has no
         row there although it reaches ``end`` (retention deleted them before they were tiered)."""
         files = self._covering(topic, partition, end)
@@ -152,7 +161,7 @@ class LakeReader:
             if size > budget and batch.num_rows > 1:  # a scanned batch may be large: its first rows
                 batch = batch.slice(0, max(1 if not out else 0, batch.num_rows * budget // size))
             if batch.num_rows:
-                out.append(batch)
+                out.append(batch if files.metadata is None else batch.replace_schema_metadata(files.metadata))
             budget -= size
             if budget <= 0:
                 break

@@ -5,11 +5,13 @@ to note how far the table has them (for local retention). :class:`PartitionSourc
 from __future__ import annotations
 
 import bisect
+from collections.abc import Sequence
 from typing import Protocol
 
 import pyarrow as pa
 
 from sparklog.broker.partition import Partition
+from sparklog.schemas.value_schema import ValueSchema
 
 READ_ALL = 1 << 62  # read_stored's byte budget when reading a whole segment (zero-copy, memory-mapped)
 
@@ -46,16 +48,22 @@ class TieringSource(Protocol):
 
     def tiered(self) -> int | None: ...
 
+    def value_schemas(self) -> Sequence[ValueSchema]:
+        """A typed topic's value schema versions, oldest first (empty: a plain topic)."""
+        ...
+
 
 class PartitionSource:
     """A broker's local replica of a partition as a :class:`TieringSource`."""
 
-    def __init__(self, partition: Partition, writable: bool = True) -> None:
-        """``writable``: the broker may write (it has a live ZooKeeper session, its fence)."""
+    def __init__(self, partition: Partition, writable: bool = True, value_schemas: Sequence[ValueSchema] = ()) -> None:
+        """``writable``: the broker may write (it has a live ZooKeeper session, its fence);
+        ``value_schemas``: the topic's schema versions as the broker knows them now."""
         self.topic = partition.topic
         self.partition = partition.partition
         self._partition = partition
         self._writable = writable
+        self._value_schemas = value_schemas
 
     def leader_epoch(self) -> int | None:
         state = self._partition.state
@@ -82,3 +90,6 @@ class PartitionSource:
 
     def tiered(self) -> int | None:
         return self._partition.log.tiered_offset
+
+    def value_schemas(self) -> Sequence[ValueSchema]:
+        return self._value_schemas

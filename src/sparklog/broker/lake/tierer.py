@@ -29,7 +29,7 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Protocol
 
 import pyarrow as pa
@@ -37,6 +37,8 @@ import pyarrow as pa
 from sparklog.broker.lake.rows import lake_rows
 from sparklog.broker.lake.source import TieringSource
 from sparklog.errors import LakeConflict, OffsetOutOfRange, SparklogError
+from sparklog.lake_layout import check_value_columns
+from sparklog.schemas.value_schema import ValueSchema
 
 log = logging.getLogger(__name__)
 
@@ -51,7 +53,17 @@ class TableWriter(Protocol):
 
     def tiered_version(self, topic: str, partition: int) -> int | None: ...
 
-    def append(self, topic: str, partition: int, rows: pa.Table, after: int | None, version: int) -> None: ...
+    def append(
+        self,
+        topic: str,
+        partition: int,
+        rows: pa.Table,
+        after: int | None,
+        version: int,
+        schemas: Sequence[ValueSchema] = (),
+    ) -> None: ...
+
+    def evolve(self, topic: str, schemas: Sequence[ValueSchema]) -> None: ...
 
 
 class OffsetStore(Protocol):
@@ -90,6 +102,7 @@ class Tierer:
         self.clock = clock
         self._led: dict[tuple[str, int], _Led] = {}
         self._follower_read: dict[tuple[str, int], float] = {}
+        self._evolved: dict[str, int] = {}  # typed topics: the latest version their table was brought to
 
     def run_once(self, sources: Iterable[TieringSource]) -> int:
         """One pass: at most one commit per led partition; returns how many commits were made."""
@@ -108,11 +121,13 @@ class Tierer:
             except LakeConflict as exc:
                 log.warning("%s; reading the table again", exc)
                 self._led.pop(key, None)
+                self._evolved.pop(source.topic, None)
             except OffsetOutOfRange:
                 log.info("%s-%s: retention deleted records being tiered; trying again", *key)
             except Exception as exc:  # LakeUnavailable, ZooKeeper trouble...: must not stop the others
                 log.warning("tiering %s-%s failed: %s", *key, exc, exc_info=not isinstance(exc, SparklogError))
                 self._led.pop(key, None)
+                self._evolved.pop(source.topic, None)
         for key in set(self._led) - seen:
             del self._led[key]
         for key in set(self._follower_read) - seen:
@@ -147,6 +162,11 @@ class Tierer:
         led = self._led.get((source.topic, source.partition))
         if led is None or led.epoch != epoch:
             led = self._start_leading(source, epoch)
+        schemas = source.value_schemas()
+        if schemas and self._evolved.get(source.topic) != schemas[-1].version:
+            check_value_columns(source.topic, schemas[-1].arrow_type.names)  # InvalidConfig: not tiered
+            self.writer.evolve(source.topic, schemas)  # a new version: the table follows it now
+            self._evolved[source.topic] = schemas[-1].version
         end = source.tierable_end()
         if end <= led.next_offset:
             return False
@@ -166,9 +186,9 @@ class Tierer:
                 led.next_offset,
                 start,
             )
-        rows = lake_rows(source.partition, source.read(start, upto), start, upto)
+        rows = lake_rows(source.partition, source.read(start, upto), start, upto, schemas)
         _crash_point("before-delta")
-        self.writer.append(source.topic, source.partition, rows, led.version, upto)
+        self.writer.append(source.topic, source.partition, rows, led.version, upto, schemas)
         led.version = upto
         _crash_point("after-delta")
         self.offsets.set(source.topic, source.partition, upto)

@@ -7,7 +7,8 @@ the table's first offset of the partition (KIP-405's log start offset, which cov
 the local log start offset stays separate). A fetch at an offset in ``[earliest, local log
 start)`` gets the table's rows from that offset up to the local log start, about ``max_bytes``,
 converted to the stored batch layout (``offset``, ``timestamp`` in ms, ``key``, ``value``,
-``headers``; a typed topic's value struct in its latest schema version), each batch with a
+``headers``; a typed topic's value columns as its value struct in its latest schema version,
+evolved from the table's version with Avro defaults), each batch with a
 synthetic :class:`BatchHeader`: the consumer's position then moves on exactly as after a log
 read, and its next fetch reaches the log at the local log start. Anything below the earliest
 offset, or a partition whose lake does not reach its log, is ``OFFSET_OUT_OF_RANGE`` as before.
@@ -23,9 +24,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from sparklog.broker.lake.lake_reader import LakeReader
+from sparklog.broker.lake.rows import conformed, schema_of_version, value_struct
 from sparklog.broker.log.batch_codec import BatchHeader
 from sparklog.errors import LakeUnavailable
-from sparklog.records import record_schema, versioned_schema
+from sparklog.records import record_schema, schema_version, versioned_schema
+from sparklog.schemas.evolution import evolve
 
 if TYPE_CHECKING:
     from sparklog.broker.log.partition_log import PartitionLog
@@ -38,26 +41,24 @@ Stored = list[tuple[pa.RecordBatch, BatchHeader]]
 SchemasOf = Callable[[str], "Sequence[ValueSchema] | None"]
 
 
-def _conformed(column: pa.Array, type_: pa.DataType) -> pa.Array:
-    """A table column as ``type_``: struct fields matched by name (fields the table lacks are
-    null, fields it has beyond ``type_`` left out), anything else cast."""
-    if column.type.equals(type_):
-        return column
-    if pa.types.is_struct(type_) and pa.types.is_struct(column.type):
-        if isinstance(column, pa.ChunkedArray):
-            column = column.combine_chunks()
-        names = {column.type.field(i).name for i in range(column.type.num_fields)}
-        children = [
-            _conformed(column.field(f.name), f.type) if f.name in names else pa.nulls(len(column), f.type)
-            for f in type_
-        ]
-        return pa.StructArray.from_arrays(children, fields=list(type_), mask=column.is_null())
-    return column.cast(type_)
-
-
-def as_stored(batch: pa.RecordBatch, schema: pa.Schema) -> tuple[pa.RecordBatch, BatchHeader]:
-    """One batch of table rows in the stored layout ``schema``, with a header describing it."""
-    columns = [_conformed(batch.column(field.name), field.type) for field in schema]
+def as_stored(batch: pa.RecordBatch, schemas: Sequence[ValueSchema] = ()) -> tuple[pa.RecordBatch, BatchHeader]:
+    """One batch of table rows in the stored layout, with a header describing it. ``schemas``: a
+    typed topic's versions: its value columns become the value struct in the latest one, evolved
+    (Avro defaults) from the version the batch's snapshot is in, or matched by name when that
+    version is unknown here."""
+    if schemas:
+        latest = schemas[-1]
+        schema = versioned_schema(latest.arrow_type, latest.version)
+        written = schema_of_version(schemas, schema_version(batch.schema))
+        if written is None:
+            value = value_struct(batch, latest.arrow_type)
+        else:
+            value = evolve(value_struct(batch, written.arrow_type), written, latest)
+        columns = [conformed(batch.column(f.name), f.type) for f in schema if f.name != "value"]
+        columns.insert(schema.get_field_index("value"), value)
+    else:
+        schema = record_schema()
+        columns = [conformed(batch.column(field.name), field.type) for field in schema]
     stored = pa.RecordBatch.from_arrays(columns, schema=schema)
     offsets = stored.column(0)
     bounds = pc.min_max(offsets)
@@ -135,16 +136,8 @@ class UnionRead:
             return []
         if not batches:  # a gap in the table (never tiered): on at the log, as after compaction
             return plog.read_stored(start, max_bytes, upto=upto)
-        schema = self._schema(partition.topic)
-        return [as_stored(batch, schema) for batch in batches]
-
-    def _schema(self, topic: str) -> pa.Schema:
-        """The stored layout lake rows are sent in: a typed topic's latest schema version."""
-        schemas = self.schemas_of(topic)
-        if not schemas:
-            return record_schema()
-        latest = schemas[-1]
-        return versioned_schema(latest.arrow_type, latest.version)
+        schemas = self.schemas_of(partition.topic) or ()
+        return [as_stored(batch, schemas) for batch in batches]
 
 
 def from_lake(stored: Stored, offset: int, plog: PartitionLog) -> bool:
