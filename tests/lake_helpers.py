@@ -12,7 +12,7 @@ from deltalake import DeltaTable
 
 from broker_helpers import BrokerProcess, ProcessGroup, wait_for
 from replication_helpers import Cluster
-from sparklog import Producer
+from sparklog import Consumer, Producer
 from sparklog.broker.lake.delta_table import app_id
 from sparklog.broker.log.segment import SEGMENT_SUFFIX
 from sparklog.coordination.cluster import ClusterMetadata
@@ -116,3 +116,19 @@ TYPED_V2 = {**TYPED_V1, "fields": [*TYPED_V1["fields"], COUNTRY]}
 
 def click(i: int, **more: object) -> dict:
     return {"page": f"/p{i}-" + "x" * 300, "ms": i, "tags": [f"t{i % 3}"], **more}
+
+
+def consume_all(consumer: Consumer, total: int) -> dict[int, list[tuple[int, bytes]]]:
+    got: dict[int, list[tuple[int, bytes]]] = {}
+    count = 0
+
+    def more() -> bool:
+        nonlocal count
+        for record in consumer.poll(timeout=1.0):
+            got.setdefault(record.partition, []).append((record.offset, record.value))
+            count += 1
+        return count >= total
+
+    wait_for(more, 60, f"{total} records consumed", interval=0)
+    assert not consumer.poll(timeout=1.0)  # and nothing more
+    return got

@@ -13,10 +13,10 @@ from deltalake import DeltaTable
 from kazoo.exceptions import NoNodeError
 
 from log_helpers import Clock, config, settled
-from sparklog.broker.lake.delta_table import DeltaTableWriter, app_id, table_uri
+from sparklog.broker.lake.delta_table import DeltaTableWriter, app_id, table_uri, topic_app_id
 from sparklog.broker.lake.rows import lake_rows
 from sparklog.broker.lake.source import READ_ALL
-from sparklog.broker.lake.tierer import Tierer
+from sparklog.broker.lake.tierer import FOREIGN_TABLE_RETRY_S, Tierer
 from sparklog.broker.log import PartitionLog
 from sparklog.config import TopicConfig
 from sparklog.coordination.cluster import ClusterMetadata
@@ -103,9 +103,13 @@ def test_local_retention_does_nothing_without_lake_enabled(tmp_path: Path) -> No
 class FakeOffsets:
     """ZooKeeper's lake offsets, in memory."""
 
-    def __init__(self) -> None:
+    def __init__(self, topic_id: int = 1) -> None:
         self.stored: dict[tuple[str, int], int] = {}
         self.fail_next_set = False
+        self.id = topic_id  # the topic's incarnation (ZooKeeper's creation transaction)
+
+    def topic_id(self, topic: str) -> int | None:
+        return self.id
 
     def get(self, topic: str, partition: int) -> int | None:
         return self.stored.get((topic, partition))
@@ -124,6 +128,7 @@ class LogSource:
         self.topic = TOPIC
         self.partition = partition
         self.log = log
+        self.replica = log
         self.epoch: int | None = 0
         self.hw = log.log_end_offset
         self.schemas: list[ValueSchema] = []  # a typed topic's versions
@@ -241,6 +246,38 @@ def test_zookeeper_lagging_the_table_is_corrected_and_nothing_repeats(tmp_path: 
     assert table_offsets(lake) == list(range(closed))
     assert offsets.stored[(TOPIC, 0)] == closed
     log.close()
+
+
+def test_a_topic_created_again_never_takes_the_deleted_topics_table_for_its_own(tmp_path: Path) -> None:
+    """Deleted, then created again under the same name (same leader epoch 0, same broker): the old
+    table's transactions would pass for the new topic's (its first offsets skipped, then deleted by
+    local retention)."""
+    lake = tmp_path / "lake"
+    old = filled_log(tmp_path / "old")
+    offsets, now = FakeOffsets(topic_id=1), [0.0]
+    tierer = Tierer(DeltaTableWriter(str(lake)), offsets, clock=lambda: now[0])
+    while tierer.run_once([LogSource(old)]):
+        pass
+    tiered = table_offsets(lake)
+    assert tiered and DeltaTable(str(lake / TOPIC)).transaction_version(topic_app_id(TOPIC)) == 1
+    old.close()
+
+    offsets.id, offsets.stored = 2, {}  # created again: another id, no lake offsets
+    new = filled_log(tmp_path / "new", batches=2)  # fewer records than the old topic had
+    source = LogSource(new)
+    assert tierer.run_once([source]) == 0
+    assert tierer.run_once([source]) == 0  # not looked at again before FOREIGN_TABLE_RETRY_S
+    assert offsets.stored == {} and new.tiered_offset == 0  # so local retention deletes nothing
+    assert table_offsets(lake) == tiered  # the old table is left as it is
+
+    (lake / TOPIC).rename(tmp_path / "moved-away")
+    now[0] += FOREIGN_TABLE_RETRY_S
+    while tierer.run_once([source]):
+        pass
+    closed = new.segments[-1].base_offset
+    assert table_offsets(lake) == list(range(closed)) and offsets.stored[(TOPIC, 0)] == closed
+    assert DeltaTable(str(lake / TOPIC)).transaction_version(topic_app_id(TOPIC)) == 2
+    new.close()
 
 
 def test_a_deposed_leader_cannot_append_twice(tmp_path: Path) -> None:

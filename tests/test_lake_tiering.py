@@ -21,15 +21,17 @@ from lake_helpers import (
     PER_BATCH,
     TIERING_TIMEOUT_S,
     assert_rows_exactly,
+    consume_all,
     lake_broker,
     lake_cluster,
     produce_batches,
     segment_bases,
     table_version,
+    value,
     wait_tiered,
     zk_lake_offset,
 )
-from sparklog import Admin
+from sparklog import Admin, Consumer
 from sparklog.broker.lake.tierer import CRASH_ENV
 from sparklog.coordination.cluster import ClusterMetadata
 from sparklog.errors import InvalidConfig
@@ -76,6 +78,17 @@ def test_tiering_writes_exact_rows_offsets_and_describe_shows_lag(
     with ClusterMetadata(sparklog_connect) as meta:
         assert not meta.zk.exists(meta.layout.topic("lake"))
     assert_rows_exactly(lake, "lake", 0, 30)
+
+    # created again under the same name: the old table is not taken for the new topic's
+    with Admin(sparklog_connect) as admin:
+        admin.create_topic("lake", 1, 1, {**LAKE_TOPIC, "local.retention.bytes": "0"})
+    produce_batches(sparklog_connect, "lake", 0, 2)  # closed: [0, 10), "tiered" up to 30 by the old table
+    wait_for(lambda: "holds the rows of an earlier topic" in broker.output(), TIERING_TIMEOUT_S, "the refusal")
+    assert zk_lake_offset(sparklog_connect, "lake", 0) is None
+    assert_rows_exactly(lake, "lake", 0, 30)  # the old table as it was
+    with Consumer("lake", zookeeper=sparklog_connect, auto_offset_reset="earliest") as consumer:
+        read = consume_all(consumer, 2 * PER_BATCH)
+    assert read == {0: [(o, value(0, o)) for o in range(2 * PER_BATCH)]}  # local retention deleted nothing
     broker.stop()
 
 

@@ -30,6 +30,7 @@ from lake_helpers import (
     TYPED_V1,
     TYPED_V2,
     click,
+    consume_all,
     lake_broker,
     lake_cluster,
     produce_batches,
@@ -65,22 +66,6 @@ def lake_topic(connect: str, topic: str) -> None:
     for p, batches in BATCHES.items():
         produce_batches(connect, topic, p, batches)
     wait_local_deleted(connect, topic, {p: (b - 1) * PER_BATCH for p, b in BATCHES.items()})
-
-
-def consume_all(consumer: Consumer, total: int) -> dict[int, list[tuple[int, bytes]]]:
-    got: dict[int, list[tuple[int, bytes]]] = {}
-    count = 0
-
-    def more() -> bool:
-        nonlocal count
-        for record in consumer.poll(timeout=1.0):
-            got.setdefault(record.partition, []).append((record.offset, record.value))
-            count += 1
-        return count >= total
-
-    wait_for(more, 60, f"{total} records consumed", interval=0)
-    assert not consumer.poll(timeout=1.0)  # and nothing more
-    return got
 
 
 def expected_records(p: int, start: int = 0) -> list[tuple[int, bytes]]:

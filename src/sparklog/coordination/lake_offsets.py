@@ -26,6 +26,12 @@ class LakeOffsets:
             return None
         return int(data.decode())
 
+    def topic_id(self, topic: str) -> int | None:
+        """Which incarnation of ``topic`` this is: the ZooKeeper transaction that created its node
+        (a topic deleted and created again under the same name has another); None if it is gone."""
+        stat = self.zk.exists(self.layout.topic(topic))
+        return None if stat is None else stat.czxid
+
     def set(self, topic: str, partition: int, offset: int) -> None:
         """Store a partition's lake offset (created on first use, under its existing partition node:
         a topic deleted meanwhile raises NoNodeError rather than being recreated)."""

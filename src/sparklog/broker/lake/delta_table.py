@@ -45,6 +45,12 @@ def schema_app_id(topic: str) -> str:
     return f"sparklog-{topic}-schema"
 
 
+def topic_app_id(topic: str) -> str:
+    """The Delta application transaction id whose version is the id of the topic whose rows the
+    table holds (:meth:`sparklog.coordination.lake_offsets.LakeOffsets.topic_id`)."""
+    return f"sparklog-{topic}-topic"
+
+
 def table_uri(lake_dir: str, topic: str) -> str:
     """Where a topic's table lives: ``<lake dir>/<topic>`` (a directory or any URI deltalake writes)."""
     return f"{lake_dir.rstrip('/')}/{check_topic_name(topic)}"
@@ -70,6 +76,12 @@ class DeltaTableWriter:
         table = self._open(topic)
         return None if table is None else table.transaction_version(app_id(topic, partition))
 
+    def topic_id(self, topic: str) -> int | None:
+        """The id of the topic whose rows the table holds (None: no table, or written before
+        sparklog recorded it)."""
+        table = self._open(topic)
+        return None if table is None else table.transaction_version(topic_app_id(topic))
+
     def append(
         self,
         topic: str,
@@ -78,10 +90,12 @@ class DeltaTableWriter:
         after: int | None,
         version: int,
         schemas: Sequence[ValueSchema] = (),
+        topic_id: int | None = None,
     ) -> None:
         """One commit: ``rows`` and the partition's transaction version ``version``, only if the
         table's version for it is still ``after`` (LakeConflict otherwise). ``schemas``: a typed
-        topic's versions (``rows`` are in the latest): the table is brought to it first. ``rows``
+        topic's versions (``rows`` are in the latest): the table is brought to it first.
+        ``topic_id``: recorded with the rows (:func:`topic_app_id`). ``rows``
         go in as one record batch: ``write_deltalake`` writes the batches of a multi-batch table
         in any order (deltalake 1.6), and a partition's rows must be stored in offset order (the
         union read returns them as stored)."""
@@ -91,6 +105,8 @@ class DeltaTableWriter:
         if current != after:
             raise LakeConflict(f"{topic}-{partition}: the Delta table is at offset {current}, expected {after}")
         transactions = [Transaction(app, version)]
+        if topic_id is not None and (table is None or table.transaction_version(topic_app_id(topic)) != topic_id):
+            transactions.append(Transaction(topic_app_id(topic), topic_id))
         if schemas:
             latest = schemas[-1].version
             if table is not None and self._evolve(topic, table, schemas):

@@ -21,6 +21,7 @@ class TieringSource(Protocol):
 
     topic: str
     partition: int
+    replica: object  # the local replica read: another one once the topic is deleted and created again
 
     def leader_epoch(self) -> int | None:
         """Its leader epoch while this broker leads it (and may write), else None."""
@@ -62,6 +63,7 @@ class PartitionSource:
         self.topic = partition.topic
         self.partition = partition.partition
         self._partition = partition
+        self.replica = partition
         self._writable = writable
         self._value_schemas = value_schemas
 

@@ -36,7 +36,7 @@ import pyarrow as pa
 
 from sparklog.broker.lake.rows import lake_rows
 from sparklog.broker.lake.source import TieringSource
-from sparklog.errors import LakeConflict, OffsetOutOfRange, SparklogError
+from sparklog.errors import LakeConflict, LakeUnavailable, OffsetOutOfRange, SparklogError
 from sparklog.lake_layout import check_value_columns
 from sparklog.schemas.value_schema import ValueSchema
 
@@ -46,6 +46,7 @@ CRASH_ENV = "SPARKLOG_TEST_LAKE_CRASH"
 CRASH_POINTS = ("before-delta", "after-delta", "after-zookeeper")
 DEFAULT_INTERVAL_S = 1.0
 FOLLOWER_REFRESH_S = 10.0  # how often a follower may read a partition's lake offset from ZooKeeper
+FOREIGN_TABLE_RETRY_S = 30.0  # how often a topic whose table holds an older topic looks at it again
 
 
 class TableWriter(Protocol):
@@ -61,7 +62,10 @@ class TableWriter(Protocol):
         after: int | None,
         version: int,
         schemas: Sequence[ValueSchema] = (),
+        topic_id: int | None = None,
     ) -> None: ...
+
+    def topic_id(self, topic: str) -> int | None: ...
 
     def evolve(self, topic: str, schemas: Sequence[ValueSchema]) -> None: ...
 
@@ -73,12 +77,15 @@ class OffsetStore(Protocol):
 
     def set(self, topic: str, partition: int, offset: int) -> None: ...
 
+    def topic_id(self, topic: str) -> int | None: ...
+
 
 @dataclasses.dataclass
 class _Led:
     """A partition tiered by this broker in one leader epoch: where the table stands for it."""
 
     epoch: int
+    replica: object  # TieringSource.replica: a topic created again starts over
     version: int | None  # the table's transaction version (None: nothing of it in the table yet)
     synced: bool  # ``version`` read from the table (else ZooKeeper's, which may lag the table)
 
@@ -103,6 +110,8 @@ class Tierer:
         self._led: dict[tuple[str, int], _Led] = {}
         self._follower_read: dict[tuple[str, int], float] = {}
         self._evolved: dict[str, int] = {}  # typed topics: the latest version their table was brought to
+        self._owners: dict[str, int] = {}  # topic -> its id, checked against its table's
+        self._foreign: dict[str, float] = {}  # topic -> when to look again at its table holding another topic
 
     def run_once(self, sources: Iterable[TieringSource]) -> int:
         """One pass: at most one commit per led partition; returns how many commits were made."""
@@ -130,6 +139,9 @@ class Tierer:
                 self._evolved.pop(source.topic, None)
         for key in set(self._led) - seen:
             del self._led[key]
+        topics = {topic for topic, _ in seen}
+        for topic in set(self._owners) - topics:
+            del self._owners[topic]
         for key in set(self._follower_read) - seen:
             del self._follower_read[key]
         return commits
@@ -137,12 +149,33 @@ class Tierer:
     def _start_leading(self, source: TieringSource, epoch: int) -> _Led:
         """A new leadership: ZooKeeper's lake offset, a lower bound of the table's."""
         stored = self.offsets.get(source.topic, source.partition)
-        led = self._led[(source.topic, source.partition)] = _Led(epoch, stored, synced=False)
+        led = self._led[(source.topic, source.partition)] = _Led(epoch, source.replica, stored, synced=False)
         source.set_tiered(led.next_offset)
         return led
 
+    def _check_owner(self, topic: str) -> int:
+        """The topic's id, once its table is known to hold this topic's rows (or none yet).
+        :class:`LakeUnavailable` if the table holds a deleted topic of the same name: its
+        transactions would pass for this topic's, skipping (and letting local retention delete)
+        the new topic's first offsets, and the union read would serve the old topic's rows."""
+        topic_id = self.offsets.topic_id(topic)
+        if topic_id is None:
+            raise LakeUnavailable(f"topic {topic!r} is gone")
+        if self._owners.get(topic) != topic_id:
+            held = self.writer.topic_id(topic)
+            if held is not None and held != topic_id:
+                self._foreign[topic] = self.clock() + FOREIGN_TABLE_RETRY_S
+                raise LakeUnavailable(
+                    f"the Delta table of {topic!r} holds the rows of an earlier topic of that name (deleted, "
+                    f"then created again): nothing of {topic!r} is tiered until that table is moved away"
+                )
+            self._owners[topic] = topic_id
+            self._foreign.pop(topic, None)
+        return topic_id
+
     def _sync(self, source: TieringSource, led: _Led) -> None:
         """Where the table stands for this partition (the truth), written to ZooKeeper if it lags."""
+        self._check_owner(source.topic)
         version = self.writer.tiered_version(source.topic, source.partition)
         stored = led.version
         if version is not None and stored != version:
@@ -159,11 +192,14 @@ class Tierer:
 
     def _tier(self, source: TieringSource, epoch: int) -> bool:
         """Tier the next closed segment's committed records, if any; True if it committed."""
+        if self._foreign.get(source.topic, 0.0) > self.clock():
+            return False  # its table holds another topic (said when found; looked at again later)
         led = self._led.get((source.topic, source.partition))
-        if led is None or led.epoch != epoch:
+        if led is None or led.epoch != epoch or led.replica is not source.replica:
             led = self._start_leading(source, epoch)
         schemas = source.value_schemas()
         if schemas and self._evolved.get(source.topic) != schemas[-1].version:
+            self._check_owner(source.topic)  # never rewrite another topic's table
             check_value_columns(source.topic, schemas[-1].arrow_type.names)  # InvalidConfig: not tiered
             self.writer.evolve(source.topic, schemas)  # a new version: the table follows it now
             self._evolved[source.topic] = schemas[-1].version
@@ -188,7 +224,8 @@ class Tierer:
             )
         rows = lake_rows(source.partition, source.read(start, upto), start, upto, schemas)
         _crash_point("before-delta")
-        self.writer.append(source.topic, source.partition, rows, led.version, upto, schemas)
+        topic_id = self._owners[source.topic]  # checked by _sync in this leadership
+        self.writer.append(source.topic, source.partition, rows, led.version, upto, schemas, topic_id)
         led.version = upto
         _crash_point("after-delta")
         self.offsets.set(source.topic, source.partition, upto)
