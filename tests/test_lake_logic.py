@@ -233,7 +233,7 @@ def test_zookeeper_lagging_the_table_is_corrected_and_nothing_repeats(tmp_path: 
     log = filled_log(tmp_path / "log")
     source, offsets = LogSource(log), FakeOffsets()
     lake = tmp_path / "lake"
-    tierer = Tierer(DeltaTableWriter(str(lake)), offsets)
+    tierer = Tierer(DeltaTableWriter(str(lake)), offsets, max_commit_bytes=1)  # a segment per commit
     assert tierer.run_once([source]) == 1
     first = offsets.stored[(TOPIC, 0)]
     offsets.fail_next_set = True
@@ -245,6 +245,26 @@ def test_zookeeper_lagging_the_table_is_corrected_and_nothing_repeats(tmp_path: 
     closed = log.segments[-1].base_offset
     assert table_offsets(lake) == list(range(closed))
     assert offsets.stored[(TOPIC, 0)] == closed
+    log.close()
+
+
+def test_a_tierer_behind_takes_closed_segments_together_up_to_its_commit_size(tmp_path: Path) -> None:
+    log = filled_log(tmp_path / "log", batches=8)  # 7 closed segments of 3 records of ~400 bytes
+    source, offsets = LogSource(log), FakeOffsets()
+    lake = tmp_path / "lake"
+    closed = log.segments[-1].base_offset
+    tierer = Tierer(DeltaTableWriter(str(lake)), offsets, max_commit_bytes=2500)
+    commits = 0
+    while tierer.run_once([source]):
+        commits += 1
+    assert table_offsets(lake) == list(range(closed)) and offsets.stored[(TOPIC, 0)] == closed
+    assert 1 < commits < len(log.segments) - 1  # several segments a commit, yet more than one commit
+    versions = DeltaTable(str(lake / TOPIC)).history()
+    assert len([v for v in versions if v["operation"] == "WRITE"]) == commits
+    one = tmp_path / "one"
+    tierer = Tierer(DeltaTableWriter(str(one)), FakeOffsets())  # the default: all of them at once
+    assert tierer.run_once([source]) == 1 and tierer.run_once([source]) == 0
+    assert table_offsets(one) == list(range(closed))
     log.close()
 
 
@@ -283,7 +303,8 @@ def test_a_topic_created_again_never_takes_the_deleted_topics_table_for_its_own(
 def test_a_deposed_leader_cannot_append_twice(tmp_path: Path) -> None:
     log = filled_log(tmp_path / "log")
     lake = tmp_path / "lake"
-    old, new = Tierer(DeltaTableWriter(str(lake)), FakeOffsets()), Tierer(DeltaTableWriter(str(lake)), FakeOffsets())
+    old = Tierer(DeltaTableWriter(str(lake)), FakeOffsets(), max_commit_bytes=1)  # a segment per commit
+    new = Tierer(DeltaTableWriter(str(lake)), FakeOffsets(), max_commit_bytes=1)
     source = LogSource(log)
     assert old.run_once([source]) == 1  # the old leader, epoch 0, tiered one segment
     source.epoch = 1

@@ -98,7 +98,7 @@ def test_the_table_follows_the_topics_schema_versions(tmp_path: Path, monkeypatc
     v1, v2, v3, v4 = schemas
     log = PartitionLog(tmp_path / "log", config(segment_bytes=1024), value_type=v1.arrow_type, schema_version=1)
     source, lake = LogSource(log), tmp_path / "lake"
-    tierer = Tierer(DeltaTableWriter(str(lake)), FakeOffsets())
+    tierer = Tierer(DeltaTableWriter(str(lake)), FakeOffsets(), max_commit_bytes=1)
 
     # v1: offsets 0-2 (a tombstone at 1), 3; the value's fields are columns after the record's
     source.schemas = [v1]
@@ -185,9 +185,9 @@ def test_a_broker_behind_the_tables_schema_version_waits(tmp_path: Path) -> None
     lake = tmp_path / "lake"
     ahead, behind = LogSource(log, 0), LogSource(log, 1)
     ahead.schemas, behind.schemas = [v1, v2], [v1]
-    assert Tierer(DeltaTableWriter(str(lake)), FakeOffsets()).run_once([ahead]) == 1
+    assert Tierer(DeltaTableWriter(str(lake)), FakeOffsets(), max_commit_bytes=1).run_once([ahead]) == 1
     assert table_schema_version(lake) == 2
-    lagging = Tierer(DeltaTableWriter(str(lake)), FakeOffsets())
+    lagging = Tierer(DeltaTableWriter(str(lake)), FakeOffsets(), max_commit_bytes=1)
     assert lagging.run_once([behind]) == 0
     behind.schemas = [v1, v2]
     assert lagging.run_once([behind]) == 1

@@ -46,6 +46,7 @@ CRASH_ENV = "SPARKLOG_TEST_LAKE_CRASH"
 CRASH_POINTS = ("before-delta", "after-delta", "after-zookeeper")
 DEFAULT_INTERVAL_S = 1.0
 FOLLOWER_REFRESH_S = 10.0  # how often a follower may read a partition's lake offset from ZooKeeper
+MAX_COMMIT_BYTES = 128 << 20  # a tierer behind takes closed segments together up to this: fewer, larger files
 FOREIGN_TABLE_RETRY_S = 30.0  # how often a topic whose table holds an older topic looks at it again
 
 
@@ -103,10 +104,19 @@ def _crash_point(name: str) -> None:
 class Tierer:
     """The tiering logic over any partitions: call :meth:`run_once` with the partitions held here."""
 
-    def __init__(self, writer: TableWriter, offsets: OffsetStore, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        writer: TableWriter,
+        offsets: OffsetStore,
+        clock: Callable[[], float] = time.monotonic,
+        max_commit_bytes: int = MAX_COMMIT_BYTES,
+    ) -> None:
+        """``max_commit_bytes``: the closed segments waiting are tiered in one commit until their
+        rows reach this size (one segment at least, whatever its size)."""
         self.writer = writer
         self.offsets = offsets
         self.clock = clock
+        self.max_commit_bytes = max_commit_bytes
         self._led: dict[tuple[str, int], _Led] = {}
         self._follower_read: dict[tuple[str, int], float] = {}
         self._evolved: dict[str, int] = {}  # typed topics: the latest version their table was brought to
@@ -191,7 +201,8 @@ class Tierer:
         source.set_tiered(led.next_offset)
 
     def _tier(self, source: TieringSource, epoch: int) -> bool:
-        """Tier the next closed segment's committed records, if any; True if it committed."""
+        """Tier the next closed segments' committed records (one, or more up to ``max_commit_bytes``), if
+        any; True if it committed."""
         if self._foreign.get(source.topic, 0.0) > self.clock():
             return False  # its table holds another topic (said when found; looked at again later)
         led = self._led.get((source.topic, source.partition))
@@ -222,7 +233,14 @@ class Tierer:
                 led.next_offset,
                 start,
             )
-        rows = lake_rows(source.partition, source.read(start, upto), start, upto, schemas)
+        parts = [lake_rows(source.partition, source.read(start, upto), start, upto, schemas)]
+        size = parts[0].nbytes
+        while upto < end and size < self.max_commit_bytes:  # behind: the next closed segments too
+            after = min(end, source.segment_end(upto))
+            parts.append(lake_rows(source.partition, source.read(upto, after), upto, after, schemas))
+            size += parts[-1].nbytes
+            upto = after
+        rows = parts[0] if len(parts) == 1 else pa.concat_tables(parts)
         _crash_point("before-delta")
         topic_id = self._owners[source.topic]  # checked by _sync in this leadership
         self.writer.append(source.topic, source.partition, rows, led.version, upto, schemas, topic_id)
