@@ -1,8 +1,8 @@
 """Tiering closed segments into Delta tables, exactly once, and the broker's tiering thread.
 
 For each partition of a lake-enabled topic that this broker **leads**, a pass appends the committed
-records (below the high watermark) of the oldest closed segment not yet in the table, in two
-commits:
+records (below the high watermark) of the oldest closed segment not yet in the table (and of the
+next closed ones, up to ``max_commit_bytes`` of rows, when it is behind), in two commits:
 
 1. the Delta commit: the rows plus the application transaction ``sparklog-<topic>-<p>`` set to the
    next offset to tier (``DeltaTableWriter.append``, refused if the table is not where this
