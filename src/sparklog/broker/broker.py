@@ -250,11 +250,14 @@ class Broker:
         if self._stopped.is_set() and not self.servers:
             return True
         self._stopped.set()
+        began = time.monotonic()
+        log.info("broker %s stopping", self.broker_id)
         if self.tiering is not None:
             self.tiering.stop()
         if self.controller is not None:
             self.controller.stop()
         self._hand_over_leadership()
+        log.info("broker %s: tiering and controller stopped, leaderships handed over", self.broker_id)
         if self.group_members is not None:
             self.group_members.close()  # members release before the session (and their locks) ends
         servers, self.servers, self.server = self.servers, [], None
@@ -279,6 +282,7 @@ class Broker:
         self.logs.close()
         for client in self._clients.values():
             client.close()
+        log.info("broker %s stopped in %.1f s", self.broker_id, time.monotonic() - began)
         return finished
 
     def _hand_over_leadership(self) -> None:
