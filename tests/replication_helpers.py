@@ -420,7 +420,16 @@ def check_delivery(
     assert len(acked_values) == len(acks), "a value was acknowledged twice"
     positions = Counter((a.partition, a.offset) for a in acks)
     clash = [pos for pos, n in positions.items() if n > 1]
-    assert not clash, f"two acknowledged records at the same (partition, offset): {clash[:5]}"
+    if clash:
+        stored_at = {v: (p, o) for (p, o), v in at.items()}
+        detail = [
+            (pos, at.get(pos), [(a.value, stored_at.get(a.value)) for a in acks if (a.partition, a.offset) == pos])
+            for pos in clash[:5]
+        ]
+        raise AssertionError(
+            f"{len(clash)} (partition, offset) positions acknowledged twice;"
+            f" (position, value stored there, [(value acknowledged there, where it is stored)]): {detail}"
+        )
     lost = [a for a in acks if (a.partition, a.offset) not in at]
     assert not lost, f"{len(lost)} acknowledged records lost, e.g. {lost[:5]}"
     moved = [(a, at[(a.partition, a.offset)]) for a in acks if at[(a.partition, a.offset)] != a.value]

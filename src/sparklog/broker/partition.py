@@ -119,19 +119,27 @@ class Partition:
             self.changed.notify_all()
             self.on_change()
         if acks == "all" and wait:
-            self.await_high_watermark(info.last_offset + 1, min_isr)
+            self.await_high_watermark(info.last_offset + 1, min_isr, info.leader_epoch)
         return info
 
-    def await_high_watermark(self, offset: int, min_isr: int, deadline: float | None = None) -> None:
-        """Wait until the high watermark reaches ``offset`` (NotLeader, NotEnoughReplicas if it cannot
-        by ``deadline``, a ``time.monotonic()`` value: ``ACK_TIMEOUT_S`` from now by default)."""
+    def await_high_watermark(self, offset: int, min_isr: int, leader_epoch: int, deadline: float | None = None) -> None:
+        """Wait until the high watermark reaches ``offset``, for a write appended as leader in
+        ``leader_epoch`` (NotLeader, NotEnoughReplicas if it cannot by ``deadline``, a
+        ``time.monotonic()`` value: ``ACK_TIMEOUT_S`` from now by default).
+
+        The write counts as replicated only while this broker still leads in that epoch: once it
+        follows, its high watermark is the new leader's, whose log may not hold the write (the
+        follower truncates it away), so a high watermark past it proves nothing (Kafka's
+        ``DelayedProduce`` likewise answers NOT_LEADER once the leader is not local)."""
         if deadline is None:
             deadline = time.monotonic() + ACK_TIMEOUT_S
         with self.changed:
-            while self.high_watermark < offset:
+            while True:
                 state = self.state
-                if state is None or state.leader != self.broker_id:
+                if state is None or state.leader != self.broker_id or state.leader_epoch != leader_epoch:
                     raise NotLeader(f"{self.topic}-{self.partition} lost leadership before the write was replicated")
+                if self.high_watermark >= offset:
+                    return
                 if len(state.isr) < min_isr:
                     raise NotEnoughReplicas(
                         f"{self.topic}-{self.partition}: in-sync replicas {state.isr} fell below "

@@ -81,6 +81,7 @@ class _Appended(NamedTuple):
     partition: Partition
     base_offset: int
     last_offset: int
+    leader_epoch: int  # the epoch it was appended in: acknowledged only while still leading in it
 
 
 def _int_field(meta: dict[str, Any], name: str, default: int | None = None) -> int:
@@ -170,7 +171,7 @@ class ProduceRequestStream:
             sequence,
             wait=False,
         )
-        return _Appended(partition, info.base_offset, info.last_offset)
+        return _Appended(partition, info.base_offset, info.last_offset, info.leader_epoch)
 
     def _results(self, pending: list[_Appended | SparklogError]) -> list[dict[str, Any]]:
         """Each batch's answer; with ``acks=all`` once the high watermark covers it (one deadline
@@ -181,7 +182,7 @@ class ProduceRequestStream:
             if isinstance(item, _Appended) and self.acks == "all":
                 min_isr = item.partition.log.config.min_insync_replicas
                 try:
-                    item.partition.await_high_watermark(item.last_offset + 1, min_isr, deadline)
+                    item.partition.await_high_watermark(item.last_offset + 1, min_isr, item.leader_epoch, deadline)
                 except SparklogError as exc:
                     item = exc
             if isinstance(item, SparklogError):

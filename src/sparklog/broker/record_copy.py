@@ -142,7 +142,7 @@ def copy_records(broker: Broker, request: dict[str, Any]) -> dict[str, Any]:
     source = broker.leader_partition(source_topic, source_p)
     targets = {(s.topic, s.partition): broker.leader_partition(s.topic, s.partition, for_write=True) for s in slices}
     results: list[dict[str, int]] = []
-    ends: dict[tuple[str, int], int] = {}
+    ends: dict[tuple[str, int], tuple[int, int]] = {}  # (end, leader epoch) per target
     copied = 0
     for piece in slices:
         if copied >= MAX_COPY_BYTES:
@@ -161,9 +161,12 @@ def copy_records(broker: Broker, request: dict[str, Any]) -> dict[str, Any]:
             continue
         results.append({"base_offset": info.base_offset, "last_offset": info.last_offset, "count": info.count})
         key = (piece.topic, piece.partition)
-        ends[key] = max(ends.get(key, 0), info.last_offset + 1)
+        end, epoch = ends.get(key, (0, info.leader_epoch))
+        # appends in two epochs (leadership lost and won back between them): the older one decides,
+        # and the wait answers NotLeader (the earlier append may have been truncated meanwhile)
+        ends[key] = (max(end, info.last_offset + 1), min(epoch, info.leader_epoch))
     if acks == "all":
-        for key, end in ends.items():
+        for key, (end, epoch) in ends.items():
             target = targets[key]
-            target.await_high_watermark(end, target.log.config.min_insync_replicas)
+            target.await_high_watermark(end, target.log.config.min_insync_replicas, epoch)
     return {"results": results}

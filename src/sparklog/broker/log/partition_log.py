@@ -55,6 +55,7 @@ class AppendInfo:
     last_offset: int
     count: int
     max_timestamp: int
+    leader_epoch: int  # the leader epoch the append was made in (for a duplicate: the retry's)
     duplicate: bool = False  # a producer's retry of a batch already stored: nothing was appended
 
 
@@ -260,7 +261,9 @@ class PartitionLog:
             self._check_open()
             dup = self.producers.duplicate_of(producer_id, producer_seq, batch.num_rows)
             if dup is not None:
-                return AppendInfo(dup.base_offset, dup.last_offset, batch.num_rows, max_ts, duplicate=True)
+                return AppendInfo(
+                    dup.base_offset, dup.last_offset, batch.num_rows, max_ts, leader_epoch, duplicate=True
+                )
             base = self.log_end_offset
             batch = batch.set_column(
                 0, self.schema.field(0), int64_column(np.arange(base, base + batch.num_rows, dtype=np.int64))
@@ -275,7 +278,7 @@ class PartitionLog:
                 producer_seq,
             )
             self._write(batch, header, now)
-        return AppendInfo(base, header.last_offset, batch.num_rows, max_ts)
+        return AppendInfo(base, header.last_offset, batch.num_rows, max_ts, leader_epoch)
 
     def append_replica(self, batch: pa.RecordBatch, header: BatchHeader) -> None:
         """Append a batch that already has offsets (a follower copying its leader's log); refused
