@@ -132,6 +132,7 @@ class LogSource:
         self.epoch: int | None = 0
         self.hw = log.log_end_offset
         self.schemas: list[ValueSchema] = []  # a typed topic's versions
+        self.min_files = 0  # lake.compaction.min.files: off unless a test sets it
 
     def leader_epoch(self) -> int | None:
         return self.epoch
@@ -156,6 +157,9 @@ class LogSource:
 
     def value_schemas(self) -> list[ValueSchema]:
         return self.schemas
+
+    def compaction_min_files(self) -> int:
+        return self.min_files
 
 
 def filled_log(directory: Path, batches: int = 6, per_batch: int = 3) -> PartitionLog:

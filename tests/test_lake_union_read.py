@@ -11,6 +11,7 @@ table and the last one only in the log."""
 
 from __future__ import annotations
 
+import collections
 import datetime as dt
 import json
 import subprocess
@@ -19,6 +20,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
 
@@ -43,7 +45,9 @@ from sparklog.datasource import connections
 from sparklog.errors import InvalidRequest, OffsetOutOfRange
 from sparklog.spark import read_topic
 
-LOCAL_NONE = {**LAKE_TOPIC, "local.retention.bytes": "0", "retention.ms": "-1"}
+# lake.compaction.min.files=2: the tierer compacts after every commit but the first, so these
+# reads run over compacted tables (and some of them while a compaction rewrites one)
+LOCAL_NONE = {**LAKE_TOPIC, "local.retention.bytes": "0", "retention.ms": "-1", "lake.compaction.min.files": "2"}
 BATCHES = {0: 4, 1: 5}  # per partition: all but the last batch end up only in the table
 
 
@@ -81,6 +85,13 @@ def test_consumers_read_across_lake_and_log_exactly_once(
     lake_topic(sparklog_connect, "union")
     assert segment_bases(broker.data_dir, "union", 0) == [30]
     total = sum(BATCHES.values()) * PER_BATCH
+
+    def files_per_partition() -> list[int]:
+        actions = pa.table(DeltaTable(str(lake / "union")).get_add_actions(flatten=True)).column("partition.partition")
+        return sorted(collections.Counter(actions.to_pylist()).values())
+
+    # 3 and 4 one-segment commits, each compacted with what came before: one file per partition
+    wait_for(lambda: files_per_partition() == [1, 1], 60, "the tierer's compaction of the table")
 
     # the Consumer from the earliest offset (in the lake), on to the log
     with Consumer("union", zookeeper=sparklog_connect, auto_offset_reset="earliest", max_bytes=2048) as consumer:

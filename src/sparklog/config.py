@@ -32,6 +32,8 @@ class TopicConfig:
     ``local.retention.ms`` / ``local.retention.bytes`` (KIP-405's names) bound the segments kept on
     the brokers' disks once they are in the table; ``-2`` (the default) means "as ``retention.ms`` /
     ``retention.bytes``". Without ``lake.enabled`` they do nothing.
+    ``lake.compaction.min.files``: a partition's leader rewrites a run of that many consecutive small
+    files of the table as one (:mod:`sparklog.broker.lake.compaction`); 0 turns it off.
 
     ``segment.ms`` is at least 1000: every roll starts a segment (three files and a memory map), so a
     tiny value turns a busy topic into one segment per append, churning files for nothing.
@@ -67,6 +69,7 @@ class TopicConfig:
     lake_enabled: bool = False
     local_retention_ms: int = LOCAL_AS_TOTAL
     local_retention_bytes: int = LOCAL_AS_TOTAL
+    lake_compaction_min_files: int = 8
 
     def __post_init__(self) -> None:
         _check_choice("cleanup.policy", self.cleanup_policy, CLEANUP_POLICIES)
@@ -87,6 +90,7 @@ class TopicConfig:
             ("index.interval.bytes", 0),
             ("message.timestamp.before.max.ms", 0),
             ("message.timestamp.after.max.ms", 0),
+            ("lake.compaction.min.files", 0),
         ):
             value = getattr(self, _attr(name))
             if value < low:

@@ -9,8 +9,10 @@ default ``<data dir>/lake``) gets two topics of ``partitions`` partitions and
 ``lake.enabled=true`` and ``bench-spark-log`` without. Then, until its leader's lake offsets reach
 the log's closed ends (:mod:`sparklog.bench.lake_progress`), the lake topic is tiered: every
 closed segment is in its Delta table, only each partition's active segment (at most
-``segment_bytes``) is not. Its segments stay on the broker's disk (local retention as total
-retention); ``read_topic`` reads the log only from the lake offsets on either way.
+``segment_bytes``) is not; then until the tierer's compaction is done (no partition has a run of
+small files due), as a topic's history stands once its tiering has caught up. Its segments stay
+on the broker's disk (local retention as total retention); ``read_topic`` reads the log only from
+the lake offsets on either way.
 
 Both reads are the same batch query, ``read_topic(spark, topic, zookeeper=...)`` into Spark's
 ``noop`` sink (``.write.format("noop").mode("overwrite").save()``), counting its rows with an
@@ -40,11 +42,13 @@ from sparklog.bench import lake_progress
 from sparklog.bench.spark_scenarios import bench_spark, fill_topic
 from sparklog.client.admin import Admin
 from sparklog.client.cluster_client import ClusterClient
+from sparklog.config import TopicConfig
 from sparklog.local_cluster import LocalCluster
 
 LAKE = "bench-spark-lake"
 LOG = "bench-spark-log"
 SEGMENT_BYTES = 8 << 20
+COMPACTION_MIN_FILES = TopicConfig().lake_compaction_min_files  # the topics' (the default)
 
 
 def timed_read(spark: Any, zookeeper: str, topic: str, rows: int) -> float:
@@ -94,6 +98,8 @@ def spark_read_lake(
             fill_topic(zk, LOG, records, value_bytes, partitions, batch_records)
             ends = lake_progress.closed_ends(cluster.brokers[1].data_dir, LAKE, partitions)
             tiered = lake_progress.wait_tiered(client, LAKE, ends).end
+            table = f"{cluster.lake_dir}/{LAKE}"
+            files = lake_progress.wait_compacted(table, COMPACTION_MIN_FILES)
             for i in range(repeat + 1):  # the first round warms up
                 for topic in (LAKE, LOG) if i % 2 == 0 else (LOG, LAKE):
                     took = timed_read(spark, zk, topic, total)
@@ -116,6 +122,7 @@ def spark_read_lake(
         "cores": cores,
         "lake_rows": tiered,  # read from the Delta table; the rest is the live tail
         "tail_rows": total - tiered,
+        "lake_files": files,  # the table's data files when read (after the tierer's compaction)
         "lake_seconds": round(lake, 3),
         "log_seconds": round(log, 3),
         "lake_seconds_all": [round(t, 3) for t in times[LAKE]],

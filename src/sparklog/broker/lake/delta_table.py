@@ -23,9 +23,11 @@ from collections.abc import Sequence
 
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.dataset as ds
 from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundError
 
+from sparklog.broker.lake.compaction import DEFAULT_TARGET_FILE_BYTES, DataFile, compaction_span
 from sparklog.broker.lake.rows import PARTITION_COLUMN, schema_of_version
 from sparklog.broker.lake.table_schema import additive, rewritten
 from sparklog.errors import LakeConflict, LakeUnavailable
@@ -155,21 +157,80 @@ class DeltaTableWriter:
         log.info("%s: Delta table rewritten from %s to %s (%d rows)", topic, old.label, latest.label, rows.num_rows)
         return True
 
+    def compact(self, topic: str, partition: int, min_files: int, target_bytes: int = DEFAULT_TARGET_FILE_BYTES) -> int:
+        """Rewrite the partition's earliest run of small files as one (:mod:`.compaction`); how many
+        files were rewritten (0: nothing due).
+
+        One commit replaces the run's offset range (``write_deltalake``'s overwrite with a
+        predicate) with the same rows, read from the table and sorted by offset. Delta's conflict
+        check refuses it (:class:`LakeConflict`) if another commit removed those files meanwhile
+        (another broker compacting them, a rewrite): never two copies of a row. Appends of other
+        partitions and of later offsets do not conflict with it. (deltalake's ``OPTIMIZE`` is not
+        used: two of them racing on the same files both commit, duplicating the rows, and it
+        writes a partition's files in any order, which the union read cannot take.)"""
+        table = self._open(topic)
+        if table is None:
+            return 0
+        files = _partition_files(table, partition)
+        span = compaction_span(files, min_files, target_bytes)
+        if span is None:
+            return 0
+        first, last = span
+        offset = ds.field("offset")
+        wanted = (ds.field(PARTITION_COLUMN) == partition) & (offset >= first) & (offset <= last)
+        try:
+            rows = table.to_pyarrow_dataset().to_table(filter=wanted).sort_by("offset")
+        except (DeltaError, OSError) as exc:
+            raise LakeUnavailable(f"cannot read the Delta table of {topic!r}: {exc}") from exc
+        predicate = f'"{PARTITION_COLUMN}" = {partition} AND "offset" >= {first} AND "offset" <= {last}'
+        self._write(topic, table, rows, "overwrite", [], predicate=predicate)
+        return sum(1 for f in files if first <= f.first and f.last <= last)
+
     def _write(
-        self, topic: str, table: DeltaTable | None, rows: pa.Table, mode: str, transactions: list[Transaction]
+        self,
+        topic: str,
+        table: DeltaTable | None,
+        rows: pa.Table,
+        mode: str,
+        transactions: list[Transaction],
+        predicate: str | None = None,
     ) -> None:
+        """``predicate``: an overwrite replaces only the rows it matches (else the whole table)."""
+        # append: a typed topic's additive version adds columns; a rewrite: a new layout; a
+        # compaction: the same rows, the same schema
+        schema_mode = {"append": "merge", "overwrite": "overwrite" if predicate is None else None}[mode]
         try:
             write_deltalake(
                 table if table is not None else table_uri(self.lake_dir, topic),
                 rows.combine_chunks(),
                 mode=mode,  # type: ignore[arg-type]
                 partition_by=[PARTITION_COLUMN],
-                # append: a typed topic's additive version adds columns; overwrite: a rewrite's
-                schema_mode="merge" if mode == "append" else "overwrite",
+                schema_mode=schema_mode,  # type: ignore[arg-type]
                 storage_options=self.storage_options if table is None else None,
+                predicate=predicate,
                 commit_properties=CommitProperties(app_transactions=transactions),
             )
         except CommitFailedError as exc:
             raise LakeConflict(f"{topic}: concurrent Delta commit: {exc}") from exc
         except (DeltaError, OSError) as exc:
             raise LakeUnavailable(f"cannot write the Delta table of {topic!r}: {exc}") from exc
+
+
+def _partition_files(table: DeltaTable, partition: int) -> list[DataFile]:
+    """The partition's data files with their offsets (the Delta log's statistics) and sizes; files
+    without offset statistics (not written by sparklog) are left out."""
+    actions = pa.table(table.get_add_actions(flatten=True))
+    needed = {f"partition.{PARTITION_COLUMN}", "min.offset", "max.offset", "size_bytes"}
+    if not needed <= set(actions.column_names):
+        return []
+    mine = actions.filter(pc.equal(actions.column(f"partition.{PARTITION_COLUMN}"), partition))
+    return [
+        DataFile(first, last, size)
+        for first, last, size in zip(
+            mine.column("min.offset").to_pylist(),
+            mine.column("max.offset").to_pylist(),
+            mine.column("size_bytes").to_pylist(),
+            strict=True,
+        )
+        if first is not None and last is not None
+    ]

@@ -12,9 +12,10 @@ A typed topic's batches are tagged with the value schema version of the snapshot
 (the table's ``sparklog-<topic>-schema`` transaction, in the stored layout's schema metadata,
 :func:`sparklog.records.versioned_schema`): the union read evolves them from it.
 
-The table is append-only for sparklog (retention never deletes rows from it), so a partition's
-first offset in the table, once known, stays. Rows deleted from the table by hand (Delta
-``DELETE``/``VACUUM``) read as a gap.
+sparklog only appends rows to the table (retention never deletes rows from it; compaction
+rewrites a run of a partition's files as one file of the same rows, in offset order, so files stay
+ordered and disjoint), so a partition's first offset in the table, once known, stays. Rows
+deleted from the table by hand (Delta ``DELETE``/``VACUUM``) read as a gap.
 """
 
 from __future__ import annotations

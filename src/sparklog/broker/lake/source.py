@@ -53,6 +53,10 @@ class TieringSource(Protocol):
         """A typed topic's value schema versions, oldest first (empty: a plain topic)."""
         ...
 
+    def compaction_min_files(self) -> int:
+        """The topic's ``lake.compaction.min.files`` (0: no compaction)."""
+        ...
+
 
 class PartitionSource:
     """A broker's local replica of a partition as a :class:`TieringSource`."""
@@ -95,3 +99,6 @@ class PartitionSource:
 
     def value_schemas(self) -> Sequence[ValueSchema]:
         return self._value_schemas
+
+    def compaction_min_files(self) -> int:
+        return self._partition.log.config.lake_compaction_min_files

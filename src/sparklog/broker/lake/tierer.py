@@ -17,6 +17,10 @@ repeats a row, and an idle partition costs one ZooKeeper read per leadership, no
 follower only learns the lake offset from ZooKeeper (now and then, while it has closed segments
 beyond what it knows is tiered), for its local retention.
 
+After each commit the leader compacts the partition's small files if a run of them is due
+(:mod:`.compaction`): one more Delta commit with the same rows, so a crash around it changes
+nothing.
+
 ``SPARKLOG_TEST_LAKE_CRASH`` (tests only): ``before-delta``, ``after-delta`` or ``after-zookeeper``
 makes the broker kill itself (SIGKILL) at that point of its first tiering commit.
 """
@@ -34,6 +38,7 @@ from typing import Protocol
 
 import pyarrow as pa
 
+from sparklog.broker.lake.compaction import DEFAULT_TARGET_FILE_BYTES
 from sparklog.broker.lake.rows import lake_rows
 from sparklog.broker.lake.source import TieringSource
 from sparklog.errors import LakeConflict, LakeUnavailable, OffsetOutOfRange, SparklogError
@@ -69,6 +74,8 @@ class TableWriter(Protocol):
     def topic_id(self, topic: str) -> int | None: ...
 
     def evolve(self, topic: str, schemas: Sequence[ValueSchema]) -> None: ...
+
+    def compact(self, topic: str, partition: int, min_files: int, target_bytes: int) -> int: ...
 
 
 class OffsetStore(Protocol):
@@ -110,13 +117,16 @@ class Tierer:
         offsets: OffsetStore,
         clock: Callable[[], float] = time.monotonic,
         max_commit_bytes: int = MAX_COMMIT_BYTES,
+        target_file_bytes: int = DEFAULT_TARGET_FILE_BYTES,
     ) -> None:
         """``max_commit_bytes``: the closed segments waiting are tiered in one commit until their
-        rows reach this size (one segment at least, whatever its size)."""
+        rows reach this size (one segment at least, whatever its size). ``target_file_bytes``:
+        the size of the table's files that compaction aims at (:mod:`.compaction`)."""
         self.writer = writer
         self.offsets = offsets
         self.clock = clock
         self.max_commit_bytes = max_commit_bytes
+        self.target_file_bytes = target_file_bytes
         self._led: dict[tuple[str, int], _Led] = {}
         self._follower_read: dict[tuple[str, int], float] = {}
         self._evolved: dict[str, int] = {}  # typed topics: the latest version their table was brought to
@@ -250,7 +260,26 @@ class Tierer:
         _crash_point("after-zookeeper")
         source.set_tiered(upto)
         log.info("%s-%s: tiered offsets [%d, %d) into the lake", source.topic, source.partition, start, upto)
+        self._compact(source)
         return True
+
+    def _compact(self, source: TieringSource) -> None:
+        """After a commit: rewrite the partition's runs of small files, one after the other, while
+        one is due. It changes no row, so a failure only waits for the next commit to try again."""
+        min_files = source.compaction_min_files()
+        while min_files >= 2:
+            try:
+                rewritten = self.writer.compact(source.topic, source.partition, min_files, self.target_file_bytes)
+            except (LakeConflict, LakeUnavailable) as exc:
+                log.info("%s-%s: compaction not done (tried again after the next commit): %s", *self._key(source), exc)
+                return
+            if not rewritten:
+                return
+            log.info("%s-%s: compacted %d files of the Delta table into one", *self._key(source), rewritten)
+
+    @staticmethod
+    def _key(source: TieringSource) -> tuple[str, int]:
+        return source.topic, source.partition
 
     def _follow(self, source: TieringSource) -> None:
         """A follower learns the lake offset (for local retention) from ZooKeeper: only while it
