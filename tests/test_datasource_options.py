@@ -22,6 +22,8 @@ BAD_READS = [
     ({"subscribe": "a", "startingTimestamp": "yesterday"}, "'startingTimestamp'"),
     ({"subscribe": "a", "maxRecordsPerTrigger": "0"}, "'maxRecordsPerTrigger'"),
     ({"subscribe": "a", "minPartitions": "many"}, "'minPartitions'"),
+    ({"subscribe": "a", "maxPartitions": "0"}, "'maxPartitions': must be a positive integer"),
+    ({"subscribe": "a", "maxPartitions": "2", "minPartitions": "3"}, "'maxPartitions': 2 is below minPartitions=3"),
     ({"subscribe": "a", "failOnDataLoss": "yes"}, "'failOnDataLoss'"),
     ({"subscribe": "a", "includeHeaders": "1"}, "'includeHeaders'"),
     ({"subscribePattern": "a(("}, "'subscribePattern'"),
@@ -107,6 +109,19 @@ def test_split_ranges_for_min_partitions():
         mine = [r for r in split if r.partition == p]
         assert mine[0].start == start and mine[-1].end == end
         assert all(a.end == b.start for a, b in zip(mine, mine[1:], strict=False))
+
+
+def test_pack_ranges_into_at_most_max_partitions_about_even_and_in_order():
+    sizes = {0: 1000, 1: 10, 2: 400, 3: 500, 4: 90, 5: 100, 6: 1}
+    ranges = [offsets.Range("t", p, 7, 7 + n) for p, n in sizes.items()]
+    assert offsets.pack_ranges(ranges, None) == [[r] for r in ranges]
+    assert offsets.pack_ranges(ranges, 7) == [[r] for r in ranges]  # not more than that many: alone
+    groups = offsets.pack_ranges(list(reversed(ranges)), 3)
+    assert [[r.partition for r in g] for g in groups] == [[0], [1, 2], [3, 4, 5, 6]]  # runs, in order
+    assert [sum(r.size for r in g) for g in groups] == [1000, 410, 691]
+    assert offsets.pack_ranges(ranges, 1) == [ranges]
+    pieces = offsets.split_ranges([offsets.Range("t", 0, 0, 100)], None, 10)  # one partition, 10 pieces
+    assert [len(g) for g in offsets.pack_ranges(pieces, 4)] == [2, 3, 2, 3]
 
 
 def test_offsets_json_is_sorted_and_round_trips():

@@ -149,6 +149,13 @@ def test_batch_read_offsets_json_timestamps_and_min_partitions(spark, spark_clus
     assert split.count() == 200
     assert split.select("offset", "partition").distinct().count() == 200
 
+    # maxPartitions: the 8 ranges of maxRecordsPerPartition=30 read by 3 tasks; every record
+    # once, each range in offset order
+    packed = reader().option("maxRecordsPerPartition", "30").option("maxPartitions", "3")
+    packed = packed.option("includeHeaders", "true").load()
+    assert packed.rdd.getNumPartitions() == 3
+    _check_rows([r.asDict() for r in packed.collect()], topic, 2, range(200), headers=True)
+
 
 def test_fail_on_data_loss(spark, spark_cluster):
     zk = spark_cluster.zookeeper

@@ -92,12 +92,22 @@ def _value(target: Any, table: StructType) -> Column:
     return F.when(tombstone, F.lit(None).cast(target)).otherwise(F.struct(*fields))
 
 
+def _default_parallelism(spark: SparkSession) -> int | None:
+    """The session's default parallelism (None where it has no SparkContext: Spark Connect)."""
+    try:
+        return int(spark.sparkContext.defaultParallelism)
+    except Exception:  # Spark Connect sessions have no sparkContext
+        return None
+
+
 def read_topic(spark: SparkSession, topic: str, *, lake_dir: str | None = None, **options: Any) -> DataFrame:
     """The whole of ``topic`` (earliest offset to the high watermark at planning) as one DataFrame:
     the lake-enabled history through Spark's Delta reader, the rest through the ``sparklog``
     source. ``options``: the ``sparklog`` read options (``zookeeper`` / ``bootstrap.servers``,
-    security, ``includeHeaders``, ``minPartitions``, ``failOnDataLoss``); not the ones choosing
-    topics or offsets."""
+    security, ``includeHeaders``, ``minPartitions``, ``maxPartitions``, ``failOnDataLoss``); not
+    the ones choosing topics or offsets. Without ``minPartitions``, ``maxPartitions`` or
+    ``maxRecordsPerPartition``, the source's part has ``maxPartitions`` = the session's default
+    parallelism."""
     opts = {key: str(value) for key, value in options.items()}
     chosen = sorted(k for k in opts if k.lower() in CHOSEN_OPTIONS)
     if chosen:
@@ -109,6 +119,12 @@ def read_topic(spark: SparkSession, topic: str, *, lake_dir: str | None = None, 
     if uri is None:
         lake_parts = {}
     starting = {topic: {str(p): lake_parts.get(p, -2) for p in sorted(boundaries)}}
+    given = {k.lower() for k in opts}
+    parallelism = _default_parallelism(spark)
+    if parallelism and not given & {"minpartitions", "maxpartitions", "maxrecordsperpartition"}:
+        # as many tasks as the session runs at once: a task per partition would cost a Python
+        # worker round each, for a tail of a few records per partition
+        opts["maxPartitions"] = str(parallelism)
     log = (
         spark.read.format("sparklog")
         .options(**opts)

@@ -22,11 +22,15 @@ Both reads are the same batch query, ``read_topic(spark, topic, zookeeper=...)``
   ``spark.read.format("delta")`` (Spark's Parquet reader) and the live tail through the
   ``sparklog`` source, one ``unionByName``;
 * ``log``: on the plain topic, where ``read_topic`` is the ``sparklog`` source alone (a batch read
-  from the earliest offsets to the latest), the log-only Python source read.
+  from the earliest offsets to the latest, ``maxPartitions`` = the session's parallelism), the
+  log-only Python source read;
+* ``source``: the plain topic again through ``spark.read.format("sparklog")`` with no option
+  but the topic's (one task per partition, as Spark's Kafka source reads), reported as
+  ``source_seconds`` and ``lake_speedup_vs_source``.
 
 Each read is timed from the ``read_topic`` call (planning: offsets, the Delta snapshot) to the end
-of the write, as a user sees it. ``repeat`` interleaved rounds (lake first in even rounds, log
-first in odd ones) after one unmeasured round of both (warming the JVM, the Python workers and the
+of the write, as a user sees it. ``repeat`` interleaved rounds (lake, log, source in even rounds, the
+reverse in odd ones) after one unmeasured round of both (warming the JVM, the Python workers and the
 page cache); the medians are reported, and each read is checked to count every record.
 """
 
@@ -47,20 +51,25 @@ from sparklog.local_cluster import LocalCluster
 
 LAKE = "bench-spark-lake"
 LOG = "bench-spark-log"
+SOURCE = "source"  # the plain sparklog batch read of LOG (not read_topic)
 SEGMENT_BYTES = 8 << 20
 COMPACTION_MIN_FILES = TopicConfig().lake_compaction_min_files  # the topics' (the default)
 
 
-def timed_read(spark: Any, zookeeper: str, topic: str, rows: int) -> float:
-    """Seconds of ``read_topic(spark, topic)`` into the noop sink; checks that it read ``rows`` rows."""
+def timed_read(spark: Any, zookeeper: str, topic: str, rows: int, source: bool = False) -> float:
+    """Seconds of ``read_topic(spark, topic)`` (``source``: of the plain ``sparklog`` batch read,
+    one task per partition) into the noop sink; checks that it read ``rows`` rows."""
     from pyspark.sql import Observation
     from pyspark.sql import functions as F
 
     from sparklog.spark import read_topic
 
-    observed = Observation(f"rows-{topic}")
+    observed = Observation(f"rows-{topic}-{source}")
     start = time.perf_counter()
-    df = read_topic(spark, topic, zookeeper=zookeeper)
+    if source:
+        df = spark.read.format("sparklog").option("zookeeper", zookeeper).option("subscribe", topic).load()
+    else:
+        df = read_topic(spark, topic, zookeeper=zookeeper)
     df.observe(observed, F.count(F.lit(1)).alias("rows")).write.format("noop").mode("overwrite").save()
     took = time.perf_counter() - start
     read = observed.get["rows"]
@@ -84,7 +93,7 @@ def spark_read_lake(
     from sparklog.datasource import connections
 
     spark, own = bench_spark(cores, delta=True)
-    times: dict[str, list[float]] = {LAKE: [], LOG: []}
+    times: dict[str, list[float]] = {LAKE: [], LOG: [], SOURCE: []}
     with tempfile.TemporaryDirectory(prefix="sparklog-bench-") as tmp:
         cluster = LocalCluster(os.path.join(tmp, "cluster"), brokers=1).start()
         zk = cluster.zookeeper
@@ -101,17 +110,18 @@ def spark_read_lake(
             table = f"{cluster.lake_dir}/{LAKE}"
             files = lake_progress.wait_compacted(table, COMPACTION_MIN_FILES)
             for i in range(repeat + 1):  # the first round warms up
-                for topic in (LAKE, LOG) if i % 2 == 0 else (LOG, LAKE):
-                    took = timed_read(spark, zk, topic, total)
+                for read in (LAKE, LOG, SOURCE) if i % 2 == 0 else (SOURCE, LOG, LAKE):
+                    topic = LAKE if read == LAKE else LOG
+                    took = timed_read(spark, zk, topic, total, source=read == SOURCE)
                     if i:
-                        times[topic].append(took)
+                        times[read].append(took)
         finally:
             client.close()
             connections.close_all()
             cluster.stop()
             if own:
                 spark.stop()
-    lake, log = statistics.median(times[LAKE]), statistics.median(times[LOG])
+    lake, log, source = (statistics.median(times[read]) for read in (LAKE, LOG, SOURCE))
     return {
         "scenario": "spark-read",
         "source": "lake",
@@ -130,4 +140,8 @@ def spark_read_lake(
         "lake_rows_per_s": round(total / lake),
         "log_rows_per_s": round(total / log),
         "lake_speedup": round(log / lake, 2),
+        # the plain batch read of the same records (one task per partition, as Kafka's source)
+        "source_seconds": round(source, 3),
+        "source_seconds_all": [round(t, 3) for t in times[SOURCE]],
+        "lake_speedup_vs_source": round(source / lake, 2),
     }

@@ -1,6 +1,6 @@
 """Offsets of a sparklog read: the offsets object, partition discovery, where reads start and end,
 admission control (``maxOffsetsPerTrigger``, ``minOffsetsPerTrigger``), data-loss checks and splitting
-into input partitions (``minPartitions``, ``maxRecordsPerPartition``).
+into input partitions (``minPartitions``, ``maxRecordsPerPartition``, ``maxPartitions``).
 
 The offsets object Spark checkpoints is Kafka's: ``{"topic": {"partition": offset}}`` where each
 offset is the *next* offset to read (exclusive end of what was read), topics and partitions in sorted
@@ -13,7 +13,7 @@ import dataclasses
 import logging
 import math
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, TypeVar
 
 from sparklog.client.cluster_client import ClusterClient
@@ -345,3 +345,24 @@ def split_ranges(
     for r in ranges:
         out.extend(_divide(r, max(1, min(r.size, round(min_partitions * r.size / total)))))
     return out
+
+
+def pack_ranges(ranges: Sequence[Range], max_partitions: int | None) -> list[list[Range]]:
+    """The ranges (in (topic, partition, start) order) grouped into at most ``max_partitions``
+    input partitions (each range alone when there are not more than that). Groups are runs of
+    consecutive ranges holding about an even share of the offsets each (a range goes to the share
+    its middle falls in), so reading the groups in turn still reads every partition in offset
+    order. Spark's Python data source costs a task (a Python worker round) per input partition,
+    tens of milliseconds each, which many small ranges (a short tail, a quiet topic of many
+    partitions) would spend for nothing; Spark's file sources pack small files likewise."""
+    if not max_partitions or len(ranges) <= max_partitions:
+        return [[r] for r in ranges]
+    ordered = sorted(ranges, key=lambda r: (r.topic, r.partition, r.start))
+    total = sum(r.size for r in ordered) or 1
+    groups: list[list[Range]] = [[] for _ in range(max_partitions)]
+    before = 0
+    for r in ordered:
+        share = min(max_partitions - 1, int((before + r.size / 2) * max_partitions / total))
+        groups[share].append(r)
+        before += r.size
+    return [group for group in groups if group]

@@ -67,6 +67,7 @@ READ_OPTIONS = (
     "maxTriggerDelay",
     "minPartitions",
     "maxRecordsPerPartition",
+    "maxPartitions",
     "group",
     "kafka.group.id",  # Kafka's name of 'group'
     "groupIdPrefix",
@@ -306,6 +307,7 @@ class ReadOptions:
     min_records_per_trigger: int | None = None  # minOffsetsPerTrigger
     max_trigger_delay_ms: int = 15 * 60_000
     max_records_per_partition: int | None = None
+    max_partitions: int | None = None  # small offset ranges share input partitions beyond this many
     poll_timeout_ms: int = DEFAULT_POLL_TIMEOUT_MS
     fetch_offset_retries: int = DEFAULT_FETCH_OFFSET_RETRIES
     fetch_offset_retry_interval_ms: int = DEFAULT_FETCH_OFFSET_RETRY_INTERVAL_MS
@@ -512,6 +514,7 @@ def parse_read_options(options: Mapping[str, Any]) -> ReadOptions:
         min_records_per_trigger=min_rows,
         max_trigger_delay_ms=delay,
         max_records_per_partition=_positive_int(opts, "maxRecordsPerPartition"),
+        max_partitions=_max_partitions(opts),
         poll_timeout_ms=_positive_int(opts, "kafkaConsumer.pollTimeoutMs") or DEFAULT_POLL_TIMEOUT_MS,
         fetch_offset_retries=_count(opts, "fetchOffset.numRetries", DEFAULT_FETCH_OFFSET_RETRIES),
         fetch_offset_retry_interval_ms=_count(
@@ -519,6 +522,14 @@ def parse_read_options(options: Mapping[str, Any]) -> ReadOptions:
         ),
         ignored_kafka_settings=tuple(ignored),
     )
+
+
+def _max_partitions(opts: Mapping[str, str]) -> int | None:
+    """``maxPartitions``, never below ``minPartitions`` (a read cannot have both)."""
+    most, least = _positive_int(opts, "maxPartitions"), _positive_int(opts, "minPartitions")
+    if most is not None and least is not None and least > most:
+        raise _fail("maxPartitions", f"{most} is below minPartitions={least}")
+    return most
 
 
 def check_batch_read(options: ReadOptions) -> None:

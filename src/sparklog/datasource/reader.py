@@ -102,11 +102,31 @@ class OffsetRangePartition(InputPartition):
     poll_timeout_ms: int = 120_000  # kafkaConsumer.pollTimeoutMs: how long a fetch may keep failing
 
 
+@dataclasses.dataclass
+class OffsetRangeGroup(InputPartition):
+    """Several offset ranges read one after the other by one task (``maxPartitions``)."""
+
+    parts: tuple[OffsetRangePartition, ...]
+
+
 def plan_partitions(
     options: ReadOptions, schema: pa.Schema, client: Any, begin: offsets.Offsets, end: offsets.Offsets
-) -> list[OffsetRangePartition]:
+) -> list[OffsetRangePartition | OffsetRangeGroup]:
+    """The input partitions reading ``[begin, end)`` of each topic partition: one offset range
+    each (split by ``minPartitions`` / ``maxRecordsPerPartition``), or groups of ranges when
+    there are more than ``maxPartitions``."""
     ranges = [offsets.Range(t, p, begin[(t, p)], end[(t, p)]) for (t, p) in sorted(end) if (t, p) in begin]
     ranges = offsets.split_ranges(ranges, options.min_partitions, options.max_records_per_partition)
+    parts = _range_partitions(options, schema, client, ranges)
+    groups = offsets.pack_ranges(ranges, options.max_partitions)
+    if len(groups) == len(ranges):
+        return list(parts.values())
+    return [OffsetRangeGroup(tuple(parts[r] for r in group)) for group in groups]
+
+
+def _range_partitions(
+    options: ReadOptions, schema: pa.Schema, client: Any, ranges: list[offsets.Range]
+) -> dict[offsets.Range, OffsetRangePartition]:
     leaders: dict[tuple[str, int], str | None] = {}
     timestamp_types: dict[str, int] = {}
     for r in ranges:
@@ -115,8 +135,8 @@ def plan_partitions(
             leaders[tp] = connections.leader_location(client, r.topic, r.partition)
         if r.topic not in timestamp_types:
             timestamp_types[r.topic] = TIMESTAMP_TYPES[client.topic(r.topic).config.message_timestamp_type]
-    return [
-        OffsetRangePartition(
+    return {
+        r: OffsetRangePartition(
             options.address,
             r.topic,
             r.partition,
@@ -130,7 +150,7 @@ def plan_partitions(
             options.poll_timeout_ms,
         )
         for r in ranges
-    ]
+    }
 
 
 # ----------------------------------------------------------------------------------------- conversion
@@ -192,6 +212,15 @@ def _combine(pending: list[pa.RecordBatch]) -> pa.RecordBatch:
 
 
 # ----------------------------------------------------------------------------------------- reading
+def read_partition(part: InputPartition) -> Iterator[pa.RecordBatch]:
+    """An input partition's records: its range's, or each range's of a group in turn."""
+    if isinstance(part, OffsetRangeGroup):
+        for member in part.parts:
+            yield from read_range(member)
+    else:
+        yield from read_range(part)  # type: ignore[arg-type]
+
+
 def read_range(part: OffsetRangePartition) -> Iterator[pa.RecordBatch]:
     """Every record of ``[part.start, part.end)`` in offset order, as Spark-schema Arrow batches."""
     if not isinstance(part, OffsetRangePartition) or part.end <= part.start:
@@ -310,4 +339,4 @@ class SparklogBatchReader(DataSourceReader):
         return list(plan_partitions(options, self.schema, client, begin, end))
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        return read_range(partition)  # type: ignore[arg-type]
+        return read_partition(partition)

@@ -46,7 +46,7 @@ from pyspark.sql.types import StructType
 from sparklog.client.cluster_client import ClusterClient
 from sparklog.datasource import connections, offsets
 from sparklog.datasource.options import ReadOptions, check_stream_read
-from sparklog.datasource.reader import check_schema, plan_partitions, read_range
+from sparklog.datasource.reader import check_schema, plan_partitions, read_partition
 from sparklog.errors import InvalidRequest, SparklogError, UnknownTopic
 
 log = logging.getLogger("sparklog.datasource")
@@ -179,7 +179,7 @@ class SparklogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return list(plan_partitions(self.options, self.schema, self.client, checked, stop))
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        return read_range(partition)  # type: ignore[arg-type]
+        return read_partition(partition)
 
     def commit(self, end: dict) -> None:
         self._commit_group(offsets.from_json(end))
