@@ -29,7 +29,8 @@ batch, where ``latest`` is refused); ``startingOffsetsByTimestampStrategy`` (``e
 ``endingOffsetsByTimestamp`` or ``endingOffsets``. Streams: ``maxOffsetsPerTrigger`` (alias
 ``maxRecordsPerTrigger``; also honoured by ``Trigger.AvailableNow``), ``minOffsetsPerTrigger`` and
 ``maxTriggerDelay`` (see :mod:`sparklog.datasource.stream_reader`). ``minPartitions`` and
-``maxRecordsPerPartition`` split large offset ranges. ``group`` / ``kafka.group.id`` (commit each
+``maxRecordsPerPartition`` split large offset ranges; ``maxPartitions`` groups small ones into at
+most that many input partitions. ``group`` / ``kafka.group.id`` (commit each
 finished micro-batch's end offsets to that group; ``startingOffsets=group`` resumes from them, from
 the earliest offset where nothing is committed); ``groupIdPrefix`` is accepted and ignored (the
 source joins no consumer group). ``failOnDataLoss`` (default true: fail when retention deleted
