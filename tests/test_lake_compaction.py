@@ -16,7 +16,7 @@ from sparklog.broker.lake.compaction import DataFile, compaction_span
 from sparklog.broker.lake.delta_table import DeltaTableWriter
 from sparklog.broker.lake.lake_reader import LakeReader
 from sparklog.broker.lake.source import READ_ALL
-from sparklog.broker.lake.tierer import Tierer
+from sparklog.broker.lake.tierer import VACUUM_INTERVAL_S, Tierer
 from sparklog.config import TopicConfig
 from sparklog.errors import InvalidConfig, LakeConflict
 from test_lake_logic import TOPIC, FakeOffsets, LogSource, filled_log
@@ -172,3 +172,53 @@ def test_an_append_of_later_offsets_does_not_stop_a_compaction(tmp_path: Path) -
     assert sorted(table["offset"].to_pylist()) == list(range(end))
     assert_files_hold_contiguous_sorted_ranges(lake, end)
     source.log.close()
+
+
+def parquet_files_on_disk(lake: Path) -> set[str]:
+    return {str(f.relative_to(lake / TOPIC)) for f in (lake / TOPIC).rglob("*.parquet")}
+
+
+def test_partition_0s_leader_vacuums_the_files_compaction_replaced(tmp_path: Path) -> None:
+    log = filled_log(tmp_path / "log", batches=6)  # 5 closed segments
+    other = filled_log(tmp_path / "other", batches=2)
+    source, offsets, now = LogSource(log), FakeOffsets(), [0.0]
+    follower, partition_1 = LogSource(log), LogSource(other, partition=1)
+    source.min_files = 5
+    follower.epoch = None
+    lake = tmp_path / "lake"
+    tierer = Tierer(DeltaTableWriter(str(lake)), offsets, clock=lambda: now[0], max_commit_bytes=1)
+    while tierer.run_once([source, partition_1]):
+        pass
+    closed = log.segments[-1].base_offset
+    live = {path for _first, _last, path in partition_files(lake)}
+    assert len(partition_files(lake)) == 1  # the 5 files compacted into one
+    replaced = (
+        parquet_files_on_disk(lake)
+        - live
+        - {path for path in parquet_files_on_disk(lake) if path.startswith("partition=1/")}
+    )
+    assert len(replaced) == 5  # still on disk: Delta keeps them for the table's retention
+    DeltaTable(str(lake / TOPIC)).alter.set_table_properties(
+        {"delta.deletedFileRetentionDuration": "interval 0 seconds"}
+    )
+
+    now[0] += VACUUM_INTERVAL_S - 1
+    tierer.run_once([source, partition_1])
+    assert replaced <= parquet_files_on_disk(lake)  # not due yet
+    now[0] += 1
+    tierer.run_once([partition_1])  # another partition's leader: not its job
+    assert replaced <= parquet_files_on_disk(lake)
+    Tierer(DeltaTableWriter(str(lake)), offsets, clock=lambda: now[0] + VACUUM_INTERVAL_S).run_once([follower])
+    assert replaced <= parquet_files_on_disk(lake)  # nor a follower's
+    tierer.run_once([source, partition_1])
+    assert not replaced & parquet_files_on_disk(lake)  # vacuumed
+    table = DeltaTable(str(lake / TOPIC)).to_pyarrow_table()
+    assert sorted(
+        o for p, o in zip(table["partition"].to_pylist(), table["offset"].to_pylist(), strict=True) if p == 0
+    ) == list(range(closed))
+    assert "VACUUM END" in [v["operation"] for v in DeltaTable(str(lake / TOPIC)).history()]
+    now[0] += 10
+    tierer.run_once([source])  # the next one is an interval later
+    assert [v["operation"] for v in DeltaTable(str(lake / TOPIC)).history()].count("VACUUM END") == 1
+    log.close()
+    other.close()

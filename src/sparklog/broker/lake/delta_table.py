@@ -186,6 +186,18 @@ class DeltaTableWriter:
         self._write(topic, table, rows, "overwrite", [], predicate=predicate)
         return sum(1 for f in files if first <= f.first and f.last <= last)
 
+    def vacuum(self, topic: str) -> int:
+        """Delta's ``VACUUM`` with the table's own retention (``delta.deletedFileRetentionDuration``,
+        seven days unless set): deletes the files that compactions and rewrites replaced longer
+        ago than that. How many files it deleted."""
+        table = self._open(topic)
+        if table is None:
+            return 0
+        try:
+            return len(table.vacuum(dry_run=False))
+        except (DeltaError, OSError) as exc:
+            raise LakeUnavailable(f"cannot vacuum the Delta table of {topic!r}: {exc}") from exc
+
     def _write(
         self,
         topic: str,

@@ -38,6 +38,7 @@ from sparklog.errors import LakeUnavailable
 from sparklog.records import SCHEMA_VERSION_KEY
 
 REFRESH_MIN_S = 1.0  # a table that still lacks asked offsets is read again at most this often
+SNAPSHOT_MAX_AGE_S = 3600.0  # a snapshot this old is read again before use (its files may be vacuumed)
 READ_BATCH_ROWS = 64 * 1024
 
 
@@ -114,14 +115,14 @@ class LakeReader:
         has them (refreshed when the cached one does not, at most every ``REFRESH_MIN_S``)."""
         snapshot = self._snapshots.get(topic)
         files = None if snapshot is None else snapshot.partitions.get(partition)
-        if files is not None and files.last >= upto - 1:
+        if files is not None and files.last >= upto - 1 and self._fresh(snapshot):
             return files
         with self._lock:
             lock = self._locks.setdefault(topic, threading.Lock())
         with lock:
             snapshot = self._snapshots.get(topic)
             files = None if snapshot is None else snapshot.partitions.get(partition)
-            if files is not None and files.last >= upto - 1:
+            if files is not None and files.last >= upto - 1 and self._fresh(snapshot):
                 return files  # another call refreshed it meanwhile
             if snapshot is not None and time.monotonic() - snapshot.read_at < REFRESH_MIN_S:
                 return files
@@ -138,6 +139,12 @@ class LakeReader:
                 raise LakeUnavailable(f"cannot read the Delta table of {topic!r}: {exc}") from exc
             self._snapshots[topic] = snapshot
             return snapshot.partitions.get(partition)
+
+    @staticmethod
+    def _fresh(snapshot: _Snapshot | None) -> bool:
+        """Younger than ``SNAPSHOT_MAX_AGE_S``: the files it names are still there (VACUUM deletes
+        replaced files only after the table's retention, a week by default)."""
+        return snapshot is not None and time.monotonic() - snapshot.read_at < SNAPSHOT_MAX_AGE_S
 
     def first_offset(self, topic: str, partition: int, tiered: int) -> int | None:
         """The partition's first offset in the table (None: no rows of it), given that the lake

@@ -19,7 +19,9 @@ beyond what it knows is tiered), for its local retention.
 
 After each commit the leader compacts the partition's small files if a run of them is due
 (:mod:`.compaction`): one more Delta commit with the same rows, so a crash around it changes
-nothing.
+nothing. Partition 0's leader also runs Delta's ``VACUUM`` on the topic's table every hour (with
+the table's own retention, seven days by default), so the files compactions replaced do not pile
+up on the lake's storage.
 
 ``SPARKLOG_TEST_LAKE_CRASH`` (tests only): ``before-delta``, ``after-delta`` or ``after-zookeeper``
 makes the broker kill itself (SIGKILL) at that point of its first tiering commit.
@@ -53,6 +55,7 @@ DEFAULT_INTERVAL_S = 1.0
 FOLLOWER_REFRESH_S = 10.0  # how often a follower may read a partition's lake offset from ZooKeeper
 MAX_COMMIT_BYTES = 128 << 20  # a tierer behind takes closed segments together up to this: fewer, larger files
 FOREIGN_TABLE_RETRY_S = 30.0  # how often a topic whose table holds an older topic looks at it again
+VACUUM_INTERVAL_S = 3600.0  # how often partition 0's leader vacuums its topic's table
 
 
 class TableWriter(Protocol):
@@ -76,6 +79,8 @@ class TableWriter(Protocol):
     def evolve(self, topic: str, schemas: Sequence[ValueSchema]) -> None: ...
 
     def compact(self, topic: str, partition: int, min_files: int, target_bytes: int) -> int: ...
+
+    def vacuum(self, topic: str) -> int: ...
 
 
 class OffsetStore(Protocol):
@@ -132,6 +137,7 @@ class Tierer:
         self._evolved: dict[str, int] = {}  # typed topics: the latest version their table was brought to
         self._owners: dict[str, int] = {}  # topic -> its id, checked against its table's
         self._foreign: dict[str, float] = {}  # topic -> when to look again at its table holding another topic
+        self._vacuum_at: dict[str, float] = {}  # topic -> when partition 0's leader here vacuums its table next
 
     def run_once(self, sources: Iterable[TieringSource]) -> int:
         """One pass: at most one commit per led partition; returns how many commits were made."""
@@ -145,8 +151,10 @@ class Tierer:
                 if epoch is None:
                     self._led.pop(key, None)
                     self._follow(source)
-                elif self._tier(source, epoch):
-                    commits += 1
+                else:
+                    if self._tier(source, epoch):
+                        commits += 1
+                    self._maybe_vacuum(source)
             except LakeConflict as exc:
                 log.warning("%s; reading the table again", exc)
                 self._led.pop(key, None)
@@ -162,6 +170,8 @@ class Tierer:
         topics = {topic for topic, _ in seen}
         for topic in set(self._owners) - topics:
             del self._owners[topic]
+        for topic in set(self._vacuum_at) - topics:
+            del self._vacuum_at[topic]
         for key in set(self._follower_read) - seen:
             del self._follower_read[key]
         return commits
@@ -276,6 +286,27 @@ class Tierer:
             if not rewritten:
                 return
             log.info("%s-%s: compacted %d files of the Delta table into one", *self._key(source), rewritten)
+
+    def _maybe_vacuum(self, source: TieringSource) -> None:
+        """Partition 0's leader vacuums the topic's table every ``VACUUM_INTERVAL_S`` (the first
+        time that long after it started leading it here), once the table is known to hold this
+        topic (never another topic's of the same name): the files compaction replaced are deleted
+        after the table's retention."""
+        if source.partition != 0:
+            return
+        now = self.clock()
+        due = self._vacuum_at.setdefault(source.topic, now + VACUUM_INTERVAL_S)
+        if now < due:
+            return
+        self._vacuum_at[source.topic] = now + VACUUM_INTERVAL_S
+        try:
+            self._check_owner(source.topic)
+            deleted = self.writer.vacuum(source.topic)
+        except LakeUnavailable as exc:
+            log.warning("%s: %s", source.topic, exc)
+            return
+        if deleted:
+            log.info("%s: vacuumed the Delta table: %d replaced files deleted", source.topic, deleted)
 
     @staticmethod
     def _key(source: TieringSource) -> tuple[str, int]:
