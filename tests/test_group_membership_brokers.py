@@ -28,6 +28,7 @@ from sparklog import Admin, Consumer, Producer, wire
 from sparklog.coordination.cluster import ClusterMetadata
 from sparklog.errors import (
     AuthorizationFailed,
+    CommitFailed,
     InvalidGroupId,
     InvalidRequest,
     SparklogError,
@@ -411,3 +412,45 @@ def _or_none(make: Any) -> Any:
         return make()
     except AuthorizationFailed:
         return None
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("how", ["zookeeper", "bootstrap"])
+def test_a_member_cannot_commit_partitions_the_group_gave_to_another(
+    start_broker: Any, sparklog_connect: str, how: str
+) -> None:
+    """Kafka's CommitFailedException: after a rebalance a member's commit of a partition it no
+    longer owns is refused and the new owner's committed offset stays."""
+    broker = start_broker(1)
+    servers = bootstrap_of(broker)
+    topic, group = f"gm-{uuid.uuid4().hex[:6]}", f"g-{uuid.uuid4().hex[:6]}"
+    with Admin(bootstrap_servers=servers) as admin:
+        admin.create_topic(topic, PARTITIONS)
+    produce(sparklog_connect, topic, 0, 60)
+
+    def join() -> Consumer:
+        if how == "bootstrap":
+            return member(topic, group, servers)
+        return Consumer(topic, group=group, zookeeper=sparklog_connect, auto_offset_reset="earliest")
+
+    first = join()
+    consumers = {"first": first}
+    try:
+        wait_for(lambda: split(consumers, [PARTITIONS]), 30, "the first member to own every partition", 0.1)
+        first.commit({(topic, p): 1 for p in range(PARTITIONS)})  # owns them all: committed
+        consumers["second"] = join()
+        found = wait_for(lambda: split(consumers, [3, 3]), 30, "two members with three partitions each", 0.1)
+        mine, theirs = found["first"], found["second"]
+        consumers["second"].commit({(topic, p): 7 for p in theirs})
+
+        with pytest.raises(CommitFailed, match=f"{topic}-{theirs[0]}.* not assigned to this member"):
+            first.commit({(topic, p): 3 for p in range(PARTITIONS)})  # a zombie's old positions
+        committed = first.committed()
+        assert {p: committed[(topic, p)] for p in theirs} == dict.fromkeys(theirs, 7)  # not overwritten
+        assert {p: committed[(topic, p)] for p in mine} == dict.fromkeys(mine, 1)  # nothing of the refused commit
+        first.commit({(topic, p): 4 for p in mine})  # its own partitions: committed
+        assert {p: first.committed()[(topic, p)] for p in mine} == dict.fromkeys(mine, 4)
+        first.commit()  # its positions: only its partitions
+    finally:
+        for consumer in consumers.values():
+            consumer.close()

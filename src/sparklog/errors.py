@@ -131,6 +131,14 @@ class UnknownMemberId(SparklogError):
     code = "UNKNOWN_MEMBER_ID"
 
 
+class CommitFailed(SparklogError):
+    """A group member's commit of partitions it does not own (any more): the group rebalanced or
+    the member lost its membership (Kafka's ``CommitFailedException``). Nothing was committed; the
+    partitions' owner commits them."""
+
+    code = "COMMIT_FAILED"
+
+
 class InvalidRequest(SparklogError):
     """A malformed request (bad option, bad argument)."""
 

@@ -3,7 +3,8 @@
 Without a group it reads every partition of its topics (or the ones given). With a group, kazoo's
 ``SetPartitioner`` recipe shares the partitions among the live members (each partition read by
 exactly one member; a member that dies loses its ephemeral node and its partitions move), and
-positions start from the offsets committed in ZooKeeper. Commits are explicit (``commit()``).
+positions start from the offsets committed in ZooKeeper. Commits are explicit (``commit()``) and
+a member commits only the partitions it owns (:class:`sparklog.errors.CommitFailed` otherwise).
 
 Given ``bootstrap_servers`` a consumer talks to brokers only: committed offsets are read and
 written through them (the same znodes), and a group consumer's membership is hosted by a broker
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import queue
 import time
+import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, NamedTuple
 
@@ -30,7 +32,7 @@ from sparklog.client.cluster_address import resolve
 from sparklog.client.cluster_client import DEFAULT_ZOOKEEPER, ClusterClient, fetch_connection
 from sparklog.client.fetch_session import FetchSession, Results
 from sparklog.client.group_membership import BrokerGroupMembership
-from sparklog.errors import BrokerNotAvailable, InvalidRequest, OffsetOutOfRange, SparklogError
+from sparklog.errors import BrokerNotAvailable, CommitFailed, InvalidRequest, OffsetOutOfRange, SparklogError
 from sparklog.multi_fetch import MultiFetchRequest
 from sparklog.schemas.codec import encode_avro
 from sparklog.schemas.projection import parse_fields
@@ -142,7 +144,12 @@ class Consumer:
             )
         else:
             path = self._client.cluster.layout.group_partitioner(group, self.topics)
-            self._partitioner = SetPartitioner(self._client.cluster.zk, path, items, time_boundary=0.5)
+            # a member id of its own: kazoo's default (host and pid) is the same for every member
+            # in one process, and members with one id compute the same share and wait forever for
+            # each other's locks
+            self._partitioner = SetPartitioner(
+                self._client.cluster.zk, path, items, identifier=uuid.uuid4().hex, time_boundary=0.5
+            )
         self._follow_group(wait=True)
 
     # ----------------------------------------------------------------- assignment
@@ -444,10 +451,29 @@ class Consumer:
 
     def commit(self, offsets: dict[TopicPartition, int] | None = None) -> None:
         """Commit the current positions (or the given offsets) of the group (to ZooKeeper, or
-        through a broker that writes them there)."""
+        through a broker that writes them there).
+
+        A group member commits only partitions it owns now: :class:`CommitFailed` (nothing
+        committed) for a partition the group gave to another member since (a rebalance this
+        consumer took part in: its positions went with it) or after it lost its membership (its
+        ZooKeeper session, or its broker-held lease, ended: the partitions may already be read by
+        another member, whose commits must not be overwritten with older positions)."""
         if self.group is None:
             raise InvalidRequest("commit() needs a consumer group (group=...)")
-        self._client.view.commit_offsets(self.group, offsets if offsets is not None else dict(self._positions))
+        chosen = offsets if offsets is not None else dict(self._positions)
+        part = self._partitioner
+        if part is not None:
+            if part.failed:
+                raise CommitFailed(f"lost membership of group {self.group!r}: nothing committed")
+            owned = set(self._assigned)
+            foreign = sorted(tp for tp in chosen if tp not in owned)
+            if foreign:
+                names = ", ".join(f"{t}-{p}" for t, p in foreign[:5])
+                raise CommitFailed(
+                    f"{names} not assigned to this member of group {self.group!r} (the group rebalanced): "
+                    "nothing committed"
+                )
+        self._client.view.commit_offsets(self.group, chosen)
 
     def committed(self) -> dict[TopicPartition, int]:
         return self._client.view.committed_offsets(self.group) if self.group else {}
