@@ -18,11 +18,10 @@ import dataclasses
 import time
 from pathlib import Path
 
-import pyarrow as pa
 from deltalake import DeltaTable
 
-from sparklog.broker.lake.compaction import DEFAULT_TARGET_FILE_BYTES, DataFile, compaction_span
-from sparklog.broker.lake.rows import PARTITION_COLUMN
+from sparklog.broker.lake.compaction import DEFAULT_TARGET_FILE_BYTES, compaction_span
+from sparklog.broker.lake.delta_table import files_by_partition
 from sparklog.broker.log.segment import SEGMENT_SUFFIX
 from sparklog.client.cluster_client import ClusterClient
 
@@ -77,24 +76,13 @@ def wait_tiered(
         time.sleep(poll_s)
 
 
-def table_files(uri: str) -> dict[int, list[DataFile]]:
-    """Each partition's data files in the table's current version (offsets and sizes)."""
-    actions = pa.table(DeltaTable(uri).get_add_actions(flatten=True)).to_pylist()
-    out: dict[int, list[DataFile]] = {}
-    for a in actions:
-        out.setdefault(a[f"partition.{PARTITION_COLUMN}"], []).append(
-            DataFile(a["min.offset"], a["max.offset"], a["size_bytes"])
-        )
-    return out
-
-
 def wait_compacted(
     uri: str, min_files: int, timeout_s: float = TIMEOUT_S, target_bytes: int = DEFAULT_TARGET_FILE_BYTES
 ) -> int:
     """Poll the table at ``uri`` until no partition has compaction due; its number of files then."""
     deadline = time.perf_counter() + timeout_s
     while True:
-        files = table_files(uri)
+        files = files_by_partition(DeltaTable(uri))
         if all(compaction_span(f, min_files, target_bytes) is None for f in files.values()):
             return sum(len(f) for f in files.values())
         if time.perf_counter() > deadline:

@@ -171,7 +171,7 @@ class DeltaTableWriter:
         table = self._open(topic)
         if table is None:
             return 0
-        files = _partition_files(table, partition)
+        files = files_by_partition(table).get(partition, [])
         span = compaction_span(files, min_files, target_bytes)
         if span is None:
             return 0
@@ -228,21 +228,16 @@ class DeltaTableWriter:
             raise LakeUnavailable(f"cannot write the Delta table of {topic!r}: {exc}") from exc
 
 
-def _partition_files(table: DeltaTable, partition: int) -> list[DataFile]:
-    """The partition's data files with their offsets (the Delta log's statistics) and sizes; files
-    without offset statistics (not written by sparklog) are left out."""
+def files_by_partition(table: DeltaTable) -> dict[int, list[DataFile]]:
+    """Each partition's data files in the table's current version, with their offsets (the Delta
+    log's statistics) and sizes; files without offset statistics (not written by sparklog) are
+    left out."""
     actions = pa.table(table.get_add_actions(flatten=True))
-    needed = {f"partition.{PARTITION_COLUMN}", "min.offset", "max.offset", "size_bytes"}
-    if not needed <= set(actions.column_names):
-        return []
-    mine = actions.filter(pc.equal(actions.column(f"partition.{PARTITION_COLUMN}"), partition))
-    return [
-        DataFile(first, last, size)
-        for first, last, size in zip(
-            mine.column("min.offset").to_pylist(),
-            mine.column("max.offset").to_pylist(),
-            mine.column("size_bytes").to_pylist(),
-            strict=True,
-        )
-        if first is not None and last is not None
-    ]
+    columns = (f"partition.{PARTITION_COLUMN}", "min.offset", "max.offset", "size_bytes")
+    if not set(columns) <= set(actions.column_names):
+        return {}
+    out: dict[int, list[DataFile]] = {}
+    for part, first, last, size in zip(*(actions.column(c).to_pylist() for c in columns), strict=True):
+        if part is not None and first is not None and last is not None:
+            out.setdefault(int(part), []).append(DataFile(first, last, size))
+    return out
