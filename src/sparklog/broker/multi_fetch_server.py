@@ -154,6 +154,10 @@ class _Stream:
                 return None
             keys = {(self.topic, p) for p in self.positions}
             self.version, changed = self.response.changes.wait_for(self.version, keys, deadline, self.response.give_up)
+            if changed is not None and not changed:
+                # the deadline passed or the call is over (giving up is asked only after a quiet
+                # slice, so looking again would spin until the deadline)
+                return None
             pending = None if changed is None else sorted(p for _, p in changed)
 
     # ----------------------------------------------------------------- the stream
