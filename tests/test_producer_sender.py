@@ -14,7 +14,7 @@ import pyarrow as pa
 import pytest
 
 from sparklog.client.producer.broker_stream import Outcome, ProduceRequest
-from sparklog.client.producer.produce_batch import BatchPart, PartitionRows, ProduceBatch
+from sparklog.client.producer.produce_batch import BatchPart, PartitionRows, ProduceBatch, wire_batches
 from sparklog.client.producer.sender import Sender
 from sparklog.coordination.cluster import BrokerInfo
 from sparklog.errors import InvalidRecord, NotEnoughReplicas, NotLeader, RequestTimedOut
@@ -183,6 +183,28 @@ def test_one_request_per_broker_with_every_partition_it_leads(setup: Any) -> Non
     stream3.answer(to_one, ok(to_one, 50))
     outcomes.wait("a1", "a2", "b", "c")
     assert outcomes.done["a1"] == [0, 1] and outcomes.done["b"] == [10, 11]
+
+
+def test_slices_of_one_big_send_fill_a_request_by_the_bytes_they_carry(setup: Any) -> None:
+    """A 60,000-row table (6 MB) cut into 10,000-row batches for one partition: each batch is a
+    slice sharing the table's buffers, and counts as the 1.2 MB it carries, so all six go in one
+    request of up to 8 MiB (counted as 6 MB each, they went one request and one round trip each)."""
+    _leaders, brokers, outcomes, make = setup
+    sender = make(max_in_flight=1)
+    rows = 60_000
+    owner = PartitionRows(
+        0, [slice(0, rows)], rows, lambda send: outcomes.done.setdefault("big", send.offsets.tolist())
+    )
+    table = pa.table({"value": pa.array([b"v" * 100] * rows, pa.binary())})
+    batches = wire_batches("t", owner, table, None, time.monotonic() + 30, 10_000)
+    assert len(batches) == 6 and all(b.nbytes < 1_300_000 for b in batches), [b.nbytes for b in batches]
+    owner.expect(len(batches))
+    sender.enqueue("t", 0, batches)
+    ((stream, first),) = brokers.wait_requests(1)
+    assert [b.batch.num_rows for b in first.batches] == [10_000] * 6
+    stream.answer(first, ok(first))
+    outcomes.wait("big")
+    assert outcomes.done["big"] == list(range(rows))
 
 
 def test_a_partition_is_in_one_request_at_a_time_and_keeps_its_order(setup: Any) -> None:

@@ -98,7 +98,9 @@ class ProduceBatch:
         self.producer_id = -1
         self.sequence: int | None = None  # None: not sent yet under the partition's producer id
         self.attempts = 0
-        self.nbytes = batch.get_total_buffer_size()
+        # the bytes its rows reference: a slice of a bigger table (wire_batches) shares the whole
+        # table's buffers, which get_total_buffer_size counts; only the slice travels
+        self.nbytes = batch.nbytes
 
     @property
     def value_type(self) -> pa.DataType:
