@@ -12,6 +12,7 @@ and a bootstrap consumer share one group; without Read on the group, joining is 
 from __future__ import annotations
 
 import signal
+import subprocess
 import sys
 import time
 import uuid
@@ -29,6 +30,7 @@ from sparklog.coordination.cluster import ClusterMetadata
 from sparklog.errors import (
     AuthorizationFailed,
     CommitFailed,
+    GroupNotEmpty,
     InvalidGroupId,
     InvalidRequest,
     SparklogError,
@@ -451,6 +453,59 @@ def test_a_member_cannot_commit_partitions_the_group_gave_to_another(
         first.commit({(topic, p): 4 for p in mine})  # its own partitions: committed
         assert {p: first.committed()[(topic, p)] for p in mine} == dict.fromkeys(mine, 4)
         first.commit()  # its positions: only its partitions
+    finally:
+        for consumer in consumers.values():
+            consumer.close()
+
+
+@pytest.mark.slow
+def test_a_group_s_offsets_are_not_reset_under_its_live_members(start_broker: Any, sparklog_connect: str) -> None:
+    """Kafka resets only inactive groups: while a ZooKeeper-native and a bootstrap member of the
+    group read the topic, ``groups describe --members`` (ZooKeeper or bootstrap admin alike) lists
+    both and ``reset_group`` / ``sparklog groups reset`` are refused (NON_EMPTY_GROUP) with the
+    committed offsets left as they are; once both closed, the reset goes through."""
+    broker = start_broker(1)
+    servers = bootstrap_of(broker)
+    topic, group = f"gr-{uuid.uuid4().hex[:6]}", f"g-{uuid.uuid4().hex[:6]}"
+    with Admin(bootstrap_servers=servers) as admin:
+        admin.create_topic(topic, PARTITIONS)
+    produce(sparklog_connect, topic, 0, 60)
+    consumers = {
+        "native": Consumer(topic, group=group, zookeeper=sparklog_connect, auto_offset_reset="earliest"),
+        "hosted": member(topic, group, servers),
+    }
+    cli = [sys.executable, "-m", "sparklog.cli.main", "--zookeeper", sparklog_connect, "groups"]
+    try:
+        found = wait_for(lambda: split(consumers, [3, 3]), 30, "two members with three partitions each", 0.1)
+        for name, consumer in consumers.items():
+            consumer.commit({(topic, p): 5 for p in found[name]})
+        with Admin(sparklog_connect) as zk_admin, Admin(bootstrap_servers=servers) as boot_admin:
+            members = zk_admin.group_members(group)
+            assert list(members) == [(topic,)] and len(members[(topic,)]) == 2, members
+            assert boot_admin.group_members(group) == members
+            for admin in (zk_admin, boot_admin):
+                with pytest.raises(GroupNotEmpty, match=f"{group}.* 2 live member\\(s\\) reading '{topic}'"):
+                    admin.reset_group(group, topic, to_earliest=True)
+            listed = subprocess.run([*cli, "describe", group, "--members"], capture_output=True, text=True, timeout=60)
+            assert listed.returncode == 0, listed.stderr
+            rows = [line.split() for line in listed.stdout.splitlines()[1:] if line.strip()]
+            assert sorted(r[0] for r in rows) == members[(topic,)] and {r[1] for r in rows} == {topic}, listed.stdout
+            reset = subprocess.run(
+                [*cli, "reset", group, "--topic", topic, "--to-earliest"], capture_output=True, text=True, timeout=60
+            )
+            assert reset.returncode != 0 and "live member(s)" in reset.stderr, (reset.returncode, reset.stderr)
+            assert zk_admin.describe_group(group) == [
+                {"topic": topic, "partition": p, "committed_offset": 5, "log_end_offset": 10, "lag": 5}
+                for p in range(PARTITIONS)
+            ]
+            for consumer in consumers.values():
+                consumer.close()
+            wait_for(lambda: not zk_admin.group_members(group), 30, "the members to leave", 0.2)
+            new = boot_admin.reset_group(group, topic, to_earliest=True)
+            assert new == {(topic, p): 0 for p in range(PARTITIONS)}
+            assert {r["partition"]: r["committed_offset"] for r in zk_admin.describe_group(group)} == dict.fromkeys(
+                range(PARTITIONS), 0
+            )
     finally:
         for consumer in consumers.values():
             consumer.close()

@@ -139,6 +139,13 @@ class CommitFailed(SparklogError):
     code = "COMMIT_FAILED"
 
 
+class GroupNotEmpty(SparklogError):
+    """The consumer group has live members reading the topic: its committed offsets cannot be
+    reset under them (their next commits would overwrite the reset; Kafka's ``NON_EMPTY_GROUP``)."""
+
+    code = "NON_EMPTY_GROUP"
+
+
 class InvalidRequest(SparklogError):
     """A malformed request (bad option, bad argument)."""
 

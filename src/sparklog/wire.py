@@ -97,6 +97,7 @@ METADATA = "metadata"
 OFFSET_COMMIT = "offset_commit"
 OFFSET_FETCH = "offset_fetch"
 LIST_GROUPS = "list_groups"
+DESCRIBE_GROUP = "describe_group"
 CREATE_TOPIC = "create_topic"
 DELETE_TOPIC = "delete_topic"
 ALTER_CONFIGS = "alter_configs"
@@ -110,6 +111,7 @@ CLUSTER_ACTIONS = (
     OFFSET_COMMIT,
     OFFSET_FETCH,
     LIST_GROUPS,
+    DESCRIBE_GROUP,
     CREATE_TOPIC,
     DELETE_TOPIC,
     ALTER_CONFIGS,

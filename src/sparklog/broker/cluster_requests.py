@@ -141,6 +141,7 @@ class ClusterRequests:
             wire.OFFSET_COMMIT: self.offset_commit,
             wire.OFFSET_FETCH: self.offset_fetch,
             wire.LIST_GROUPS: self.list_groups,
+            wire.DESCRIBE_GROUP: self.describe_group,
             wire.CREATE_TOPIC: self.create_topic,
             wire.DELETE_TOPIC: self.delete_topic,
             wire.ALTER_CONFIGS: self.alter_configs,
@@ -229,6 +230,13 @@ class ClusterRequests:
 
     def list_groups(self, _request: dict[str, Any], may: CallPermissions) -> dict[str, Any]:
         return {"groups": [g for g in self.cluster.groups() if may.allowed(Operation.DESCRIBE, GROUP, g)]}
+
+    def describe_group(self, request: dict[str, Any], may: CallPermissions) -> dict[str, Any]:
+        """The group's live members by the topics they read (Describe on the group)."""
+        group = check_group_id(request.get("group"))
+        may.check(Operation.DESCRIBE, GROUP, group)
+        members = self.cluster.group_members(group)
+        return {"members": [{"topics": list(topics), "members": ids} for topics, ids in sorted(members.items())]}
 
     # ----------------------------------------------------------------- group membership
     def join_group(self, request: dict[str, Any], may: CallPermissions) -> dict[str, Any]:

@@ -9,6 +9,7 @@ from sparklog.cli.common import add_cluster_options, admin, parse_time, print_ta
 
 DESCRIBE_HEADERS = ("TOPIC", "PARTITION", "COMMITTED-OFFSET", "LOG-END-OFFSET", "LAG")
 RESET_HEADERS = ("TOPIC", "PARTITION", "NEW-OFFSET")
+MEMBERS_HEADERS = ("MEMBER-ID", "TOPICS")
 
 
 def add_groups(sub: argparse._SubParsersAction) -> None:
@@ -28,6 +29,11 @@ def add_groups(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("group", metavar="GROUP")
     p.add_argument("--json", action="store_true", help="print one JSON object per partition instead of a table")
+    p.add_argument(
+        "--members",
+        action="store_true",
+        help="print the group's live members instead (MEMBER-ID TOPICS), as Kafka's --members",
+    )
     add_cluster_options(p)
     p.set_defaults(handler=_describe)
 
@@ -35,7 +41,8 @@ def add_groups(sub: argparse._SubParsersAction) -> None:
         "reset",
         help="move a group's committed offsets of a topic",
         description="Moves the group's committed offsets of every partition of TOPIC and prints the new ones "
-        "(TOPIC PARTITION NEW-OFFSET). Offsets are clamped to the partition's log start and end.",
+        "(TOPIC PARTITION NEW-OFFSET). Offsets are clamped to the partition's log start and end. "
+        "Refused while members of the group read TOPIC (see describe --members).",
     )
     p.add_argument("group", metavar="GROUP")
     p.add_argument("--topic", required=True, metavar="TOPIC")
@@ -61,6 +68,8 @@ def _list(args: argparse.Namespace) -> int:
 
 
 def _describe(args: argparse.Namespace) -> int:
+    if args.members:
+        return _members(args)
     with admin(args) as client:
         rows = client.describe_group(args.group)
     if args.json:
@@ -71,6 +80,18 @@ def _describe(args: argparse.Namespace) -> int:
         DESCRIBE_HEADERS,
         ((r["topic"], r["partition"], r["committed_offset"], r["log_end_offset"], r["lag"]) for r in rows),
     )
+    return 0
+
+
+def _members(args: argparse.Namespace) -> int:
+    with admin(args) as client:
+        members = client.group_members(args.group)
+    rows = sorted((m, ",".join(topics)) for topics, ids in members.items() for m in ids)
+    if args.json:
+        for member, topics in rows:
+            print(json.dumps({"group": args.group, "member_id": member, "topics": topics.split(",")}))
+        return 0
+    print_table(MEMBERS_HEADERS, rows)
     return 0
 
 

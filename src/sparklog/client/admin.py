@@ -12,7 +12,7 @@ from typing import Any
 from sparklog.client.cluster_address import resolve
 from sparklog.client.cluster_client import DEFAULT_ZOOKEEPER, ClusterClient
 from sparklog.coordination.cluster import ClusterMetadata, TopicMetadata
-from sparklog.errors import InvalidRequest, UnknownGroup, UnknownTopic
+from sparklog.errors import GroupNotEmpty, InvalidRequest, UnknownGroup, UnknownTopic
 from sparklog.schemas.value_schema import ValueSchema
 
 
@@ -127,6 +127,12 @@ class Admin:
     def list_groups(self) -> list[str]:
         return self.view.groups()
 
+    def group_members(self, group: str) -> dict[tuple[str, ...], list[str]]:
+        """The group's live members (member ids) by the topics they read: ZooKeeper-native
+        consumers and the members brokers host for bootstrap consumers alike. A consumer reading
+        assigned partitions (``partitions=``) is no member, as in Kafka."""
+        return self.view.group_members(group)
+
     def describe_group(self, group: str) -> list[dict[str, Any]]:
         """Per partition the group committed: committed offset, log end offset, lag."""
         committed = self.view.committed_offsets(group)
@@ -156,10 +162,19 @@ class Admin:
         to_offset: int | None = None,
         to_time: int | None = None,
     ) -> dict[tuple[str, int], int]:
-        """Move a group's committed offsets of a topic (exactly one target); returns the new offsets."""
+        """Move a group's committed offsets of a topic (exactly one target); returns the new offsets.
+        Refused (:class:`GroupNotEmpty`) while members of the group read the topic: each would
+        overwrite the reset with its next commit (Kafka resets only inactive groups)."""
         chosen = [to_earliest, to_latest, to_offset is not None, to_time is not None]
         if sum(chosen) != 1:
             raise InvalidRequest("choose exactly one of --to-earliest, --to-latest, --to-offset, --to-time")
+        active = sorted({m for topics, ids in self.view.group_members(group).items() if topic in topics for m in ids})
+        if active:
+            raise GroupNotEmpty(
+                f"consumer group {group!r} has {len(active)} live member(s) reading {topic!r} "
+                f"({', '.join(active[:5])}{', ...' if len(active) > 5 else ''}): stop them before resetting "
+                "its offsets, or their next commits overwrite the reset"
+            )
         new: dict[tuple[str, int], int] = {}
         for p in range(self.view.topic(topic, refresh=True).partitions):
             offsets = self._client.list_offsets(topic, p, timestamp=to_time)

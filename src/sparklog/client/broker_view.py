@@ -256,6 +256,10 @@ class BrokerView:
     def groups(self) -> list[str]:
         return [str(g) for g in self.call(wire.LIST_GROUPS, {})["groups"]]
 
+    def group_members(self, group: str) -> dict[tuple[str, ...], list[str]]:
+        answer = self.call(wire.DESCRIBE_GROUP, {"group": group})
+        return {tuple(str(t) for t in e["topics"]): [str(m) for m in e["members"]] for e in answer["members"]}
+
     def join_group(
         self, group: str, topics: list[str], partitions: list[str], session_timeout_ms: int
     ) -> tuple[dict[str, Any], str]:

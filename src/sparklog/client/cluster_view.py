@@ -61,6 +61,10 @@ class ClusterView(Protocol):
 
     def groups(self) -> list[str]: ...
 
+    def group_members(self, group: str) -> dict[tuple[str, ...], list[str]]:
+        """The group's live members (their ids) by the topics they read."""
+        ...
+
     # ------------------------------------------------------------------ administration
     def create_topic(
         self,

@@ -157,6 +157,9 @@ class ZooKeeperView:
     def groups(self) -> list[str]:
         return self.cluster.groups()
 
+    def group_members(self, group: str) -> dict[tuple[str, ...], list[str]]:
+        return self.cluster.group_members(group)
+
     # ------------------------------------------------------------------ administration
     def create_topic(
         self,

@@ -108,11 +108,15 @@ class ZkLayout:
     def group(self, group: str) -> str:
         return f"{self.consumers}/{check_group_id(group)}"
 
+    def group_partitioners(self, group: str) -> str:
+        """The parent of the group's :meth:`group_partitioner` paths, one per set of topics read."""
+        return f"{self.group(group)}/partitioner"
+
     def group_partitioner(self, group: str, topics: Iterable[str]) -> str:
         """Where the members of a group reading ``topics`` share their partitions (kazoo's
         ``SetPartitioner``: ``party`` and ``locks`` below it), whether they are ZooKeeper-native
         consumers or members a broker hosts for its clients."""
-        return f"{self.group(group)}/partitioner/{'+'.join(sorted(topics))}"
+        return f"{self.group_partitioners(group)}/{'+'.join(sorted(topics))}"
 
     def group_offsets(self, group: str) -> str:
         return f"{self.group(group)}/offsets"
