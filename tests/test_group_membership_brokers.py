@@ -416,6 +416,17 @@ def _or_none(make: Any) -> Any:
         return None
 
 
+def _group_with_records(start_broker: Any, connect: str, prefix: str) -> tuple[str, str, str]:
+    """A broker, a new topic of PARTITIONS partitions holding 10 records each, and a new group
+    name: (bootstrap servers, topic, group)."""
+    servers = bootstrap_of(start_broker(1))
+    topic, group = f"{prefix}-{uuid.uuid4().hex[:6]}", f"g-{uuid.uuid4().hex[:6]}"
+    with Admin(bootstrap_servers=servers) as admin:
+        admin.create_topic(topic, PARTITIONS)
+    produce(connect, topic, 0, 60)
+    return servers, topic, group
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("how", ["zookeeper", "bootstrap"])
 def test_a_member_cannot_commit_partitions_the_group_gave_to_another(
@@ -423,12 +434,7 @@ def test_a_member_cannot_commit_partitions_the_group_gave_to_another(
 ) -> None:
     """Kafka's CommitFailedException: after a rebalance a member's commit of a partition it no
     longer owns is refused and the new owner's committed offset stays."""
-    broker = start_broker(1)
-    servers = bootstrap_of(broker)
-    topic, group = f"gm-{uuid.uuid4().hex[:6]}", f"g-{uuid.uuid4().hex[:6]}"
-    with Admin(bootstrap_servers=servers) as admin:
-        admin.create_topic(topic, PARTITIONS)
-    produce(sparklog_connect, topic, 0, 60)
+    servers, topic, group = _group_with_records(start_broker, sparklog_connect, "gm")
 
     def join() -> Consumer:
         if how == "bootstrap":
@@ -464,12 +470,7 @@ def test_a_group_s_offsets_are_not_reset_under_its_live_members(start_broker: An
     group read the topic, ``groups describe --members`` (ZooKeeper or bootstrap admin alike) lists
     both and ``reset_group`` / ``sparklog groups reset`` are refused (NON_EMPTY_GROUP) with the
     committed offsets left as they are; once both closed, the reset goes through."""
-    broker = start_broker(1)
-    servers = bootstrap_of(broker)
-    topic, group = f"gr-{uuid.uuid4().hex[:6]}", f"g-{uuid.uuid4().hex[:6]}"
-    with Admin(bootstrap_servers=servers) as admin:
-        admin.create_topic(topic, PARTITIONS)
-    produce(sparklog_connect, topic, 0, 60)
+    servers, topic, group = _group_with_records(start_broker, sparklog_connect, "gr")
     consumers = {
         "native": Consumer(topic, group=group, zookeeper=sparklog_connect, auto_offset_reset="earliest"),
         "hosted": member(topic, group, servers),
