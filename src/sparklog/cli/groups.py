@@ -86,12 +86,12 @@ def _describe(args: argparse.Namespace) -> int:
 def _members(args: argparse.Namespace) -> int:
     with admin(args) as client:
         members = client.group_members(args.group)
-    rows = sorted((m, ",".join(topics)) for topics, ids in members.items() for m in ids)
+    rows = sorted((m, topics) for topics, ids in members.items() for m in ids)
     if args.json:
         for member, topics in rows:
-            print(json.dumps({"group": args.group, "member_id": member, "topics": topics.split(",")}))
+            print(json.dumps({"group": args.group, "member_id": member, "topics": list(topics)}))
         return 0
-    print_table(MEMBERS_HEADERS, rows)
+    print_table(MEMBERS_HEADERS, ((member, ",".join(topics)) for member, topics in rows))
     return 0
 
 

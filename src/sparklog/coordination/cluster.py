@@ -697,22 +697,18 @@ class ClusterMetadata:
         return sorted(self.zk.get_children(self.layout.consumers))
 
     def group_members(self, group: str) -> dict[tuple[str, ...], list[str]]:
-        """The group's live members by the topics they read (the ``party`` of each set of topics'
-        ``SetPartitioner``; a member's id is its party node's name after kazoo's uuid prefix)."""
+        """The group's live members by the topics they read: the identifiers in each set of
+        topics' ``SetPartitioner`` party (kazoo's ``ShallowParty``)."""
         base = self.layout.group_partitioners(group)
         try:
-            paths = self.zk.get_children(base)
+            names = self.zk.get_children(base)
         except NoNodeError:
             return {}
-        reads = [(name, self.zk.get_children_async(f"{base}/{name}/party")) for name in paths]
         out: dict[tuple[str, ...], list[str]] = {}
-        for name, read in reads:
-            try:
-                nodes = read.get()
-            except NoNodeError:
-                continue
-            if nodes:
-                out[tuple(name.split("+"))] = sorted(node.split("-", 1)[-1] for node in nodes)
+        for name in names:
+            members = sorted(self.zk.ShallowParty(f"{base}/{name}/party"))
+            if members:
+                out[self.layout.partitioner_topics(name)] = members
         return out
 
     def require_group(self, group: str) -> None:

@@ -118,6 +118,11 @@ class ZkLayout:
         consumers or members a broker hosts for its clients."""
         return f"{self.group_partitioners(group)}/{'+'.join(sorted(topics))}"
 
+    @staticmethod
+    def partitioner_topics(name: str) -> tuple[str, ...]:
+        """The topics of a :meth:`group_partitioner` path's last part."""
+        return tuple(name.split("+"))
+
     def group_offsets(self, group: str) -> str:
         return f"{self.group(group)}/offsets"
 
