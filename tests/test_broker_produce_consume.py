@@ -228,7 +228,8 @@ def test_every_send_future_names_where_its_own_record_landed(start_broker: Any, 
             else:
                 futures.append((value, producer.send(topic, value)))  # sticky, 7 records a run
         producer.flush()
-        # 56 unkeyed records in one group: sticky runs of 7, two runs per partition
+        # 56 unkeyed records: groups of 7 (a full group leaves at once), each a sticky run, two
+        # runs per partition
         futures += [(b"s%d" % i, producer.send(topic, b"s%d" % i)) for i in range(56)]
         producer.flush()
         for value, future in futures:
@@ -256,6 +257,41 @@ def test_every_send_future_names_where_its_own_record_landed(start_broker: Any, 
     for m in metas:  # each partition's runs landed back to back, in order
         got = [stored[(m.partition, o)] for o in range(m.base_offset, m.last_offset + 1)]
         assert got == sorted(got, key=lambda v: int(v[1:]))
+
+
+def test_send_groups_stay_within_batch_records_while_others_are_in_flight(
+    start_broker: Any, sparklog_connect: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Unkeyed records sent faster than the broker acknowledges never pile up into one big group: a
+    group leaves as soon as it holds ``batch_records`` records, whatever is in flight (each group's
+    values are converted in one allocation, kept small so the allocator reuses warm memory). Every
+    record is stored once, in send order per partition, where its future says."""
+    broker = start_broker(1)
+    topic = "groups"
+    partitions = 3
+    with Admin(sparklog_connect) as admin:
+        admin.create_topic(topic, partitions)
+    sizes: list[int] = []
+    dispatch = Producer._dispatch_accumulated
+
+    def counted(self: Producer, acc: Any) -> None:
+        sizes.append(len(acc.values))
+        dispatch(self, acc)
+
+    monkeypatch.setattr(Producer, "_dispatch_accumulated", counted)
+    sent = 30_000
+    with Producer(zookeeper=sparklog_connect, batch_records=500, linger_ms=50) as producer:
+        futures = [producer.send(topic, b"%d" % i) for i in range(sent)]
+        producer.flush()
+        placed = {(m.partition, m.offset): i for i, m in enumerate(f.result(30) for f in futures)}
+    assert sum(sizes) == sent
+    assert max(sizes) <= 500, f"a group of {max(sizes)} records left"
+    stored = read_topic(broker.location, topic, partitions)
+    assert sum(len(rows) for rows in stored.values()) == sent
+    for p, rows in stored.items():
+        numbers = [int(r["value"]) for r in rows]
+        assert numbers == sorted(numbers), f"partition {p} is out of send order"
+        assert all(placed[(p, r["offset"])] == int(r["value"]) for r in rows)
 
 
 def test_async_send_batch_keeps_call_order_per_partition_and_flush_waits_for_it(

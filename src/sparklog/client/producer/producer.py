@@ -113,7 +113,12 @@ class Producer:
         )
         self._in_flight: set[GroupOutcome] = set()  # groups taken by the linger thread, not yet acknowledged
         self._batches_in_flight: dict[concurrent.futures.Future[list[BatchMetadata]], None] = {}  # send_batch_async
-        self._pending: dict[str, TopicRecords] = {}
+        self._pending: dict[str, TopicRecords] = {}  # each topic's group still filling
+        # full groups of unkeyed records, oldest first: they leave as soon as the linger thread
+        # takes them (unkeyed rows go to one partition ``batch_records`` at a time, so a full group
+        # is a full batch; kept small, it converts into memory the allocator has warm, where a group
+        # left to grow while others are in flight went into freshly faulted pages)
+        self._full: list[TopicRecords] = []
         self._lock = threading.Lock()  # guards the accumulators (a plain lock: send() is the hot path)
         self._wake = threading.Event()  # tells the linger thread to look at the accumulators
         self._closed = False
@@ -156,10 +161,13 @@ class Producer:
             if value:
                 acc.bytes += len(value)
             full = n >= self.batch_records or acc.bytes >= self.batch_bytes
+            if full and acc.keys is None and acc.partitions is None:  # the next record starts a new group
+                del self._pending[topic]
+                self._full.append(acc)
         finally:
             lock.release()
-        # a new group starts its linger, or must leave now; is_set() first: a full group stays full
-        # until the linger thread takes it, and Event.set() costs a Condition round every call
+        # a new group starts its linger, or one must leave now; is_set() first: Event.set() costs
+        # a Condition round every call
         if (n == 1 or full or not self.linger_s) and not self._wake.is_set():
             self._wake.set()
         return ProduceFuture((acc.outcome, n - 1))
@@ -184,10 +192,13 @@ class Producer:
 
     def _await_in_flight(self) -> None:
         """Let the groups in flight be acknowledged before the next group leaves, so that records
-        arriving meanwhile go out together (a group per round trip, not a tiny group per record).
-        Bounded by ``IN_FLIGHT_WAIT_S``: a partition whose leader hangs delays the others' records
-        by that much at most, it never holds them up."""
+        arriving meanwhile go out together (a group per round trip, not a tiny group per record);
+        not when a full group of unkeyed records is waiting (it leaves as it is). Bounded by ``IN_FLIGHT_WAIT_S``: a
+        partition whose leader hangs delays the others' records by that much at most, it never
+        holds them up."""
         with self._lock:
+            if self._full:
+                return
             waiting = list(self._in_flight)
         until = time.monotonic() + IN_FLIGHT_WAIT_S
         for outcome in waiting:
@@ -195,8 +206,12 @@ class Producer:
                 return
 
     def _take(self, all_: bool) -> list[TopicRecords]:
+        """The full unkeyed groups, then the filling ones that are full or whose linger is over
+        (``all_``: every one)."""
         now = time.monotonic()
-        ready = [
+        # a full group of keyed records is spread over the partitions: it fills while the groups
+        # before it are in flight (bigger batches per partition), then it leaves
+        due = [
             a
             for a in self._pending.values()
             if all_
@@ -204,8 +219,9 @@ class Producer:
             or a.bytes >= self.batch_bytes
             or now - a.since >= self.linger_s
         ]
-        for acc in ready:
+        for acc in due:
             del self._pending[acc.topic]
+        ready, self._full = self._full + due, []
         return ready
 
     def _dispatch_accumulated(self, acc: TopicRecords) -> None:
@@ -385,7 +401,7 @@ class Producer:
 
     def _flush_records(self, timeout: float | None = None) -> None:
         with self._lock:
-            waiting = [a.outcome for a in self._pending.values()] + list(self._in_flight)
+            waiting = [a.outcome for a in (*self._full, *self._pending.values())] + list(self._in_flight)
             for acc in self._pending.values():
                 acc.since = -1e18  # due now
         if not waiting:
