@@ -22,7 +22,7 @@ from sparklog.security.client_config import PLAINTEXT, ClientSecurity
 
 __all__ = ["DEFAULT_ZOOKEEPER", "FETCH_CONNECTIONS", "ClusterClient", "fetch_connection"]
 
-FETCH_CONNECTIONS = 8  # per broker: fetches of different partitions spread over this many connections
+FETCH_CONNECTIONS = 4  # per broker: fetches of different partitions spread over this many connections
 
 
 def fetch_connection(partition: int) -> int:
