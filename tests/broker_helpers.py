@@ -96,6 +96,10 @@ def registered_brokers(zookeeper: str) -> dict[int, Any]:
         return cluster.brokers()
 
 
+class PortTaken(AssertionError):
+    """A broker could not bind its port: something else took it."""
+
+
 class BrokerProcess:
     """One broker subprocess with a fixed id, data dir and port (kept across restarts)."""
 
@@ -114,6 +118,10 @@ class BrokerProcess:
         self.zookeeper = zookeeper
         self.processes = processes
         self.port = port or free_port(HOST)
+        # a port picked here may be taken (by another process's outgoing connection) before the
+        # broker's first start binds it: that start then tries another one
+        self._port_picked = port is None
+        self._listened = False
         self.log_path = self.data_dir.parent / f"broker-{broker_id}.log"
         self.proc: subprocess.Popen[bytes] | None = None
         self.starts = 0
@@ -131,6 +139,19 @@ class BrokerProcess:
 
     def start(self, timeout: float = BROKER_START_TIMEOUT_S) -> BrokerProcess:
         """Start the process and wait until it listens and is registered in ZooKeeper."""
+        for attempt in range(3):
+            try:
+                self._start_once(timeout)
+            except PortTaken:
+                if not self._port_picked or self._listened or attempt == 2:
+                    raise
+                self.port = free_port(HOST)
+                continue
+            self._listened = True
+            return self
+        raise AssertionError("unreachable")
+
+    def _start_once(self, timeout: float) -> None:
         assert not self.alive, f"broker {self.broker_id} is already running"
         self.starts += 1
         marker = f"=== start {self.starts} ===\n"
@@ -142,7 +163,9 @@ class BrokerProcess:
 
         def ready() -> bool:
             if self.proc is not None and self.proc.poll() is not None:
-                raise AssertionError(
+                taken = "Address already in use" in self.output().rsplit(marker, 1)[-1]
+                failed = PortTaken if taken else AssertionError
+                raise failed(
                     f"broker {self.broker_id} exited with {self.proc.returncode} while starting:\n{self.output()}"
                 )
             current = self.output().rsplit(marker, 1)[-1]
@@ -152,7 +175,6 @@ class BrokerProcess:
             return info is not None and info.port == self.port
 
         wait_for(ready, timeout, f"broker {self.broker_id} to listen and register", interval=0.1)
-        return self
 
     def stop(self, timeout: float = 20.0) -> int:
         """SIGTERM (clean shutdown) and wait; returns the exit code."""
