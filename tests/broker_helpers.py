@@ -120,8 +120,7 @@ class BrokerProcess:
         self.port = port or free_port(HOST)
         # a port picked here may be taken (by another process's outgoing connection) before the
         # broker's first start binds it: that start then tries another one
-        self._port_picked = port is None
-        self._listened = False
+        self._port_picked = port is None  # until the first start listened on it
         self.log_path = self.data_dir.parent / f"broker-{broker_id}.log"
         self.proc: subprocess.Popen[bytes] | None = None
         self.starts = 0
@@ -139,17 +138,16 @@ class BrokerProcess:
 
     def start(self, timeout: float = BROKER_START_TIMEOUT_S) -> BrokerProcess:
         """Start the process and wait until it listens and is registered in ZooKeeper."""
-        for attempt in range(3):
+        for attempt in (1, 2, 3):
             try:
                 self._start_once(timeout)
+                break
             except PortTaken:
-                if not self._port_picked or self._listened or attempt == 2:
+                if not self._port_picked or attempt == 3:
                     raise
                 self.port = free_port(HOST)
-                continue
-            self._listened = True
-            return self
-        raise AssertionError("unreachable")
+        self._port_picked = False  # a restart keeps the port it listened on
+        return self
 
     def _start_once(self, timeout: float) -> None:
         assert not self.alive, f"broker {self.broker_id} is already running"
@@ -162,13 +160,12 @@ class BrokerProcess:
         listening = f"broker {self.broker_id} listening on {HOST}:{self.port}"
 
         def ready() -> bool:
+            current = self.output().rsplit(marker, 1)[-1]
             if self.proc is not None and self.proc.poll() is not None:
-                taken = "Address already in use" in self.output().rsplit(marker, 1)[-1]
-                failed = PortTaken if taken else AssertionError
+                failed = PortTaken if "Address already in use" in current else AssertionError
                 raise failed(
                     f"broker {self.broker_id} exited with {self.proc.returncode} while starting:\n{self.output()}"
                 )
-            current = self.output().rsplit(marker, 1)[-1]
             if listening not in current:
                 return False
             info = registered_brokers(self.zookeeper).get(self.broker_id)

@@ -193,9 +193,9 @@ class Producer:
     def _await_in_flight(self) -> None:
         """Let the groups in flight be acknowledged before the next group leaves, so that records
         arriving meanwhile go out together (a group per round trip, not a tiny group per record);
-        not when a full group of unkeyed records is waiting (it leaves as it is). Bounded by ``IN_FLIGHT_WAIT_S``: a
-        partition whose leader hangs delays the others' records by that much at most, it never
-        holds them up."""
+        not when a full group of unkeyed records is waiting (it leaves as it is). Bounded by
+        ``IN_FLIGHT_WAIT_S``: a partition whose leader hangs delays the others' records by that
+        much at most, it never holds them up."""
         with self._lock:
             if self._full:
                 return
