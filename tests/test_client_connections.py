@@ -1,9 +1,12 @@
 """Fetches of different partitions go over their own TCP connections to a broker (gRPC receives a
-connection's messages on one thread at a time; consuming 6 partitions measured 15-44% faster so)."""
+connection's messages on one thread at a time; consuming 6 partitions measured 15-44% faster so):
+``FETCH_CONNECTIONS`` in all, at least one per broker, the first shared with the client's requests
+and, with bootstrap servers, its metadata (each connection costs the client two threads)."""
 
 from __future__ import annotations
 
 import os
+import threading
 from typing import Any
 
 from sparklog import Admin, Consumer, Producer
@@ -32,7 +35,17 @@ def connections_to(port: int) -> int:
 
 
 def test_partitions_spread_over_the_fetch_connections() -> None:
-    assert {fetch_connection(p) for p in range(2 * FETCH_CONNECTIONS)} == set(range(1, FETCH_CONNECTIONS + 1))
+    assert {fetch_connection(p) for p in range(2 * FETCH_CONNECTIONS)} == set(range(FETCH_CONNECTIONS))
+    # partitions led by two brokers in turn: each broker's spread over half the connections
+    for first in (0, 1):
+        led = range(first, 4 * FETCH_CONNECTIONS, 2)
+        assert {fetch_connection(p, leaders=2) for p in led} == set(range(FETCH_CONNECTIONS // 2))
+    # as many brokers as connections, or more: one connection each
+    assert {fetch_connection(p, leaders=FETCH_CONNECTIONS + 2) for p in range(50)} == {0}
+
+
+def fetch_threads() -> int:
+    return sum(1 for t in threading.enumerate() if t.name.startswith("sparklog-fetch-"))
 
 
 def test_a_consumer_fetches_each_partition_over_its_own_connection(start_broker: Any, sparklog_connect: str) -> None:
@@ -48,3 +61,40 @@ def test_a_consumer_fetches_each_partition_over_its_own_connection(start_broker:
         while seen < 400:
             seen += sum(b.num_rows for b in consumer.poll_batches(timeout=5.0))
         assert connections_to(broker.port) - before >= 4
+
+
+def test_a_bootstrap_consumer_shares_its_first_fetch_connection_with_its_requests(start_broker: Any) -> None:
+    broker = start_broker(1)
+    servers = f"127.0.0.1:{broker.port}"
+    with Admin(bootstrap_servers=servers) as admin:
+        admin.create_topic("shared", 8)
+    with Producer(bootstrap_servers=servers) as producer:
+        for p in range(8):
+            producer.send_batch("shared", {"value": [b"v%d" % i for i in range(100)]}, partition=p)
+    before = connections_to(broker.port)
+    with Consumer("shared", bootstrap_servers=servers, auto_offset_reset="earliest") as consumer:
+        seen = 0
+        while seen < 800:
+            seen += sum(b.num_rows for b in consumer.poll_batches(timeout=5.0))
+        assert seen == 800
+        # metadata, offsets and the fetches: FETCH_CONNECTIONS connections, not one more
+        assert connections_to(broker.port) - before == FETCH_CONNECTIONS
+        assert fetch_threads() == FETCH_CONNECTIONS
+
+
+def test_a_consumer_of_many_brokers_opens_one_connection_to_each(cluster: Any, sparklog_connect: str) -> None:
+    with Admin(sparklog_connect) as admin:
+        admin.create_topic("wide", 6, 1)  # two partitions led by each of the 3 brokers
+    with Producer(sparklog_connect) as producer:
+        for p in range(6):
+            producer.send_batch("wide", {"value": [b"%d-%d" % (p, i) for i in range(100)]}, partition=p)
+    ports = [b.port for b in cluster.brokers.values()]
+    before = {port: connections_to(port) for port in ports}
+    with Consumer("wide", zookeeper=sparklog_connect, auto_offset_reset="earliest") as consumer:
+        values: list[bytes] = []
+        while len(values) < 600:
+            for batch in consumer.poll_batches(timeout=5.0):
+                values += batch.column("value").to_pylist()
+        assert sorted(values) == sorted(b"%d-%d" % (p, i) for p in range(6) for i in range(100))
+        assert {port: connections_to(port) - before[port] for port in ports} == {port: 1 for port in ports}
+        assert fetch_threads() == 3

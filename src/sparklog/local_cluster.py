@@ -199,6 +199,11 @@ class LocalCluster:
             broker.extra_args = ["--config", str(self.security.broker_config(broker.broker_id, broker.port))]
         return self.security
 
+    @property
+    def bootstrap_servers(self) -> str:
+        """The brokers' plaintext listeners, as a client's ``bootstrap.servers``."""
+        return ",".join(f"127.0.0.1:{broker.port}" for broker in self.brokers.values())
+
     def client_config(self) -> dict[str, str]:
         """What a client passes as ``config=`` (bootstrap servers and the admin's SASL_SSL settings
         for a secured cluster; nothing otherwise: clients use :attr:`zookeeper`)."""

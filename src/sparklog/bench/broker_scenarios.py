@@ -52,13 +52,13 @@ def produce_columnar(
         waiting.append(producer.send_batch_async(topic, each))
         if len(waiting) >= in_flight:
             waiting.popleft().result()
-        _THREADS[0] = max(_THREADS[0], threading.active_count())
+        _THREADS[0] = max(_THREADS[0], _process_threads())
     for future in waiting:
         future.result()
     return time.perf_counter() - start
 
 
-_THREADS = [0]  # the most threads this process ran while producing (the client's own and ZooKeeper's)
+_THREADS = [0]  # the most threads this process ran while producing (the client's, Python's and native)
 
 
 def produce(
@@ -82,8 +82,8 @@ def produce(
     with tempfile.TemporaryDirectory(prefix="sparklog-bench-") as tmp:
         cluster = _cluster_and_topic(tmp, partitions, replication_factor, brokers, secure)
         try:
-            config = cluster.client_config()
-            with Producer(cluster.zookeeper, acks=acks, batch_records=batch_records, config=config) as producer:
+            config = cluster.client_config() or {"bootstrap.servers": cluster.bootstrap_servers}  # as consume's
+            with Producer(acks=acks, batch_records=batch_records, config=config) as producer:
                 produce_columnar(producer, batch, min(batches, 4 * partitions), partitions)  # warm-up
                 took = produce_columnar(producer, batch, batches, partitions, in_flight)
                 sync_took = produce_columnar(producer, batch, batches, partitions)
@@ -92,7 +92,7 @@ def produce(
                 for i in range(send_records):
                     producer.send(TOPIC, value)
                     if not i % 100_000:
-                        _THREADS[0] = max(_THREADS[0], threading.active_count())
+                        _THREADS[0] = max(_THREADS[0], _process_threads())
                 producer.flush()
                 send_took = time.perf_counter() - start
         finally:
@@ -125,9 +125,11 @@ def consume(
     repeat: int = 3,
     fields: str | None = None,
     secure: bool = False,
+    brokers: int = 1,
     **_: Any,
 ) -> dict[str, Any]:
-    """Produce ``records`` records (not timed), then read them all back columnar, ``repeat`` times.
+    """Produce ``records`` records (not timed), then read them all back columnar, ``repeat`` times;
+    the partitions (one replica each) are spread over ``brokers``.
     With ``fields``: :func:`consume_fields` (a typed topic of 20 columns, all against ``fields``)."""
     if fields is not None:
         return consume_fields(
@@ -139,14 +141,17 @@ def consume(
     times = []
     threads = fetch_threads = 0
     with tempfile.TemporaryDirectory(prefix="sparklog-bench-") as tmp:
-        cluster = _cluster_and_topic(tmp, partitions, 1, 1, secure)
+        cluster = _cluster_and_topic(tmp, partitions, 1, brokers, secure)
         try:
             config = cluster.client_config()
             with Producer(cluster.zookeeper, config=config) as producer:
                 produce_columnar(producer, batch, batches, partitions)
+            # the consumer connects as a Kafka client does: to brokers only (no ZooKeeper session,
+            # whose client would add 3 threads to the count)
+            consumer_config = config or {"bootstrap.servers": cluster.bootstrap_servers}
             for _ in range(repeat + 1):  # the first pass warms the broker's page cache and maps
                 with Consumer(
-                    TOPIC, zookeeper=cluster.zookeeper, auto_offset_reset="earliest", max_bytes=32 << 20, config=config
+                    TOPIC, auto_offset_reset="earliest", max_bytes=32 << 20, config=consumer_config
                 ) as consumer:
                     seen = 0
                     start = time.perf_counter()
@@ -165,6 +170,7 @@ def consume(
         "records": total,
         "value_bytes": value_bytes,
         "partitions": partitions,
+        "brokers": brokers,
         "secure": secure,
         "records_per_s": round(total / took),
         "mb_per_s": round(total * value_bytes / took / 1e6, 1),

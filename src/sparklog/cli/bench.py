@@ -81,7 +81,7 @@ def add_bench(sub: argparse._SubParsersAction) -> None:
 
 
 def run_bench(args: argparse.Namespace) -> int:
-    from sparklog.bench import SCENARIOS
+    from sparklog.bench import scenario
 
     options = {}
     for name in [*OPTIONS, "compression", "acks", "fields", "source"]:
@@ -104,7 +104,6 @@ def run_bench(args: argparse.Namespace) -> int:
             raise CliError("--lake is for the spark-read scenario")
         if "source" in options or "fields" in options or args.against:
             raise CliError("--lake compares read_topic with the sparklog source: drop --source, --fields, --against")
-        options["lake"] = True
     if "segment_bytes" in options and args.scenario != "tier" and not args.lake:
         raise CliError("--segment-bytes is for the tier and spark-read --lake scenarios")
     source = options.get("source")
@@ -132,7 +131,7 @@ def run_bench(args: argparse.Namespace) -> int:
             args.scenario, repeat=repeat, log=lambda m: print(m, file=sys.stderr, flush=True), **options
         )
     else:
-        result = SCENARIOS[args.scenario](**options)
+        result = scenario(args.scenario, lake=args.lake)(**options)
     if args.json:
         print(json.dumps(result))
     else:

@@ -24,6 +24,7 @@ import pyarrow.flight as flight
 from sparklog import wire
 from sparklog.client.cluster_address import parse_bootstrap_servers
 from sparklog.client.cluster_view import TopicPartition
+from sparklog.client.flight_clients import FlightClients
 from sparklog.coordination.cluster import BrokerInfo, PartitionState, TopicMetadata, broker_info
 from sparklog.errors import BrokerNotAvailable, InvalidRequest, SparklogError, UnknownTopic, error_from_code
 from sparklog.schemas.errors import UnknownSchema
@@ -61,14 +62,18 @@ class BrokerView:
         retry_timeout_s: float = 30.0,
         max_age_s: float = METADATA_MAX_AGE_S,
         security: ClientSecurity = PLAINTEXT,
+        clients: FlightClients | None = None,
     ) -> None:
-        """``security``: the client's TLS and SASL settings (bootstrap servers are its listeners)."""
+        """``security``: the client's TLS and SASL settings (bootstrap servers are its listeners).
+        ``clients``: the Flight clients to ask brokers with (its cluster client's, so that the
+        two share connections); by default its own."""
         self.bootstrap_servers = bootstrap_servers
         self.security = security
         self._bootstrap = [security.location(host, port) for host, port in parse_bootstrap_servers(bootstrap_servers)]
         self.retry_timeout_s = retry_timeout_s
         self.max_age_s = max_age_s
-        self._clients: dict[str, flight.FlightClient] = {}
+        self._owns_clients = clients is None
+        self._clients = clients if clients is not None else FlightClients(security)
         self._last_good: str | None = None
         self._brokers: dict[int, BrokerInfo] = {}
         self._topics: dict[str, _TopicEntry] = {}
@@ -76,16 +81,9 @@ class BrokerView:
         self._lock = threading.RLock()
 
     # ------------------------------------------------------------------ calls
-    def _client(self, location: str) -> flight.FlightClient:
-        with self._lock:
-            client = self._clients.get(location)
-            if client is None:
-                client = self._clients[location] = wire.flight_client(location, security=self.security)
-            return client
-
     def _drop(self, location: str) -> None:
+        self._clients.forget(location)
         with self._lock:
-            self._clients.pop(location, None)  # not closed: another thread may be in a call on it
             if self._last_good == location:
                 self._last_good = None
 
@@ -102,7 +100,7 @@ class BrokerView:
     def _ask(self, location: str, action: str, body: dict[str, Any], timeout_s: float) -> dict[str, Any]:
         options = flight.FlightCallOptions(timeout=timeout_s)
         try:
-            results = list(self._client(location).do_action(flight.Action(action, wire.encode(body)), options))
+            results = list(self._clients.get(location).do_action(flight.Action(action, wire.encode(body)), options))
         except flight.FlightError as exc:
             raise wire.from_flight_error(exc, location) from None
         if not results:
@@ -338,7 +336,5 @@ class BrokerView:
         self.call(wire.SINK_STATE, {"op": "delete", "sink": sink_id, "version": version})
 
     def close(self) -> None:
-        with self._lock:
-            clients, self._clients = list(self._clients.values()), {}
-        for client in clients:
-            client.close()
+        if self._owns_clients:
+            self._clients.close()

@@ -3,7 +3,6 @@ Flight connections to brokers, with retries."""
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
@@ -14,6 +13,7 @@ from sparklog import wire
 from sparklog.client.broker_view import BrokerView
 from sparklog.client.cluster_address import DEFAULT_ZOOKEEPER, ClusterAddress
 from sparklog.client.cluster_view import ClusterView
+from sparklog.client.flight_clients import FlightClients
 from sparklog.client.zookeeper_view import ZooKeeperView
 from sparklog.coordination.cluster import BrokerInfo, ClusterMetadata, TopicMetadata
 from sparklog.errors import BrokerNotAvailable, InvalidRequest, RequestTimedOut, SparklogError
@@ -25,9 +25,15 @@ __all__ = ["DEFAULT_ZOOKEEPER", "FETCH_CONNECTIONS", "ClusterClient", "fetch_con
 FETCH_CONNECTIONS = 4  # per broker: fetches of different partitions spread over this many connections
 
 
-def fetch_connection(partition: int) -> int:
-    """The connection (:meth:`ClusterClient.flight`) fetches of ``partition`` use."""
-    return 1 + partition % FETCH_CONNECTIONS
+def fetch_connection(partition: int, leaders: int = 1) -> int:
+    """The connection (:meth:`ClusterClient.flight`) that fetches of ``partition`` use, for a topic
+    led by ``leaders`` brokers: ``FETCH_CONNECTIONS`` in all, and at least one per broker. One
+    broker's partitions (every ``leaders``-th, as topics are created) spread over
+    ``FETCH_CONNECTIONS // leaders`` of its connections, connection 0 (the client's requests) among
+    them. Parallel fetch streams go faster up to about one per core, and every connection costs the
+    client two threads (the fetch session's and gRPC's)."""
+    per_broker = max(1, FETCH_CONNECTIONS // max(1, leaders))
+    return (partition // max(1, leaders)) % per_broker
 
 
 T = TypeVar("T")
@@ -55,17 +61,18 @@ class ClusterClient:
         security: ClientSecurity = PLAINTEXT,
     ) -> None:
         self.security = security
+        self._clients = FlightClients(security)
         self.view: ClusterView
         if bootstrap_servers:
-            self.view = BrokerView(bootstrap_servers, retry_timeout_s=retry_timeout_s, security=security)
+            self.view = BrokerView(
+                bootstrap_servers, retry_timeout_s=retry_timeout_s, security=security, clients=self._clients
+            )
         else:
             self.view = ZooKeeperView(zookeeper, session_timeout_s=session_timeout_s)
         self.address = ClusterAddress(zookeeper, bootstrap_servers or None, security)
         self.retries = retries
         self.retry_timeout_s = retry_timeout_s
         self.retry_backoff_s = retry_backoff_s
-        self._clients: dict[tuple[str, int], flight.FlightClient] = {}  # (location, connection)
-        self._lock = threading.Lock()
 
     @classmethod
     def connect(cls, address: ClusterAddress, **settings: Any) -> ClusterClient:
@@ -104,26 +111,13 @@ class ClusterClient:
         return info
 
     def flight(self, broker: BrokerInfo, connection: int = 0) -> flight.FlightClient:
-        """The Flight client of a broker: connection 0 is the shared one; others (fetches of
-        different partitions) each have their own TCP connection (``wire.flight_client``)."""
-        location = broker.location_for(self.security.protocol)
-        key = (location, connection)
-        client = self._clients.get(key)
-        if client is None:
-            with self._lock:
-                client = self._clients.get(key)
-                if client is None:
-                    client = wire.flight_client(location, own_connection=connection > 0, security=self.security)
-                    self._clients[key] = client
-        return client
+        """The Flight client of a broker's connection (:mod:`sparklog.client.flight_clients`):
+        connection 0 carries requests, fetches spread over ``FETCH_CONNECTIONS``."""
+        return self._clients.get(broker.location_for(self.security.protocol), connection)
 
     def forget(self, broker: BrokerInfo) -> None:
-        """Drop the cached Flight clients of an unreachable broker (the next call connects anew).
-        They are not closed here: another thread may be in a call on one; they close when collected."""
-        with self._lock:
-            location = broker.location_for(self.security.protocol)
-            for key in [k for k in self._clients if k[0] == location]:
-                del self._clients[key]
+        """Drop the Flight clients of an unreachable broker (the next call connects anew)."""
+        self._clients.forget(broker.location_for(self.security.protocol))
 
     def call_leader(
         self,
@@ -221,7 +215,5 @@ class ClusterClient:
         return out
 
     def close(self) -> None:
-        for client in self._clients.values():
-            client.close()
-        self._clients.clear()
         self.view.close()
+        self._clients.close()

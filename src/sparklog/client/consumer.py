@@ -71,7 +71,8 @@ class Consumer:
 
     The assigned partitions that one broker leads are fetched together, on one open stream per
     topic and connection to that broker (:mod:`sparklog.client.fetch_session`, one thread each:
-    at most ``FETCH_CONNECTIONS`` per broker and topic, whatever the partition count), which
+    ``FETCH_CONNECTIONS`` per topic in all and at least one per broker, whatever the partition
+    count; :func:`~sparklog.client.cluster_client.fetch_connection`), which
     sends new records as they are appended; ``max_bytes`` bounds what one partition puts in one
     response and how far a stream is read ahead of ``poll_batches``; ``max_wait_ms`` is how long
     an open fetch waits for new records before it is renewed.
@@ -226,6 +227,7 @@ class Consumer:
         now = time.monotonic()
         groups: dict[SessionKey, dict[int, tuple[int, int]]] = {}
         brokers = {}
+        spread: dict[str, int] = {}  # topic -> how many brokers lead its partitions
         for tp, due in list(self._unrouted.items()):
             if due > now:
                 continue
@@ -233,10 +235,13 @@ class Consumer:
             refusals = self._refused.get(tp, (now, 0, now))[1]
             try:
                 broker = self._client.leader(*tp, refresh=refusals > 0 and refusals % REFRESH_EVERY == 0)
+                leaders = spread.get(tp[0])
+                if leaders is None:
+                    leaders = spread[tp[0]] = self._client.topic(tp[0]).preferred_leaders
             except SparklogError as exc:
                 self._refuse(tp, exc)
                 continue
-            key = (broker.broker_id, tp[0], fetch_connection(tp[1]))
+            key = (broker.broker_id, tp[0], fetch_connection(tp[1], leaders))
             brokers[key] = broker
             groups.setdefault(key, {})[tp[1]] = (self._positions[tp], self._generation[tp])
         for key, entries in groups.items():

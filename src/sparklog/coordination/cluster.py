@@ -108,6 +108,11 @@ class TopicMetadata:
         return len(self.replicas)
 
     @property
+    def preferred_leaders(self) -> int:
+        """How many brokers lead its partitions when each is led by its first replica."""
+        return len({r[0] for r in self.replicas if r})
+
+    @property
     def config(self) -> TopicConfig:
         return TopicConfig.from_stored(self.configs)
 

@@ -25,6 +25,7 @@ import pyarrow.flight as flight
 from sparklog import fetch_columns, wire
 from sparklog.client.cluster_address import ClusterAddress
 from sparklog.client.cluster_client import ClusterClient, fetch_connection
+from sparklog.client.flight_clients import FlightClients
 from sparklog.coordination.cluster import BrokerInfo
 from sparklog.errors import BrokerNotAvailable, SparklogError
 from sparklog.records import wire_schema
@@ -34,16 +35,16 @@ log = logging.getLogger("sparklog.datasource")
 T = TypeVar("T")
 _lock = threading.Lock()
 _clients: dict[ClusterAddress, ClusterClient] = {}  # one per address and identity
-_flights: dict[tuple[str, int], flight.FlightClient] = {}  # (location, connection: ClusterClient.flight)
+_flights = FlightClients()  # by location and connection (ClusterClient.flight), for reads given their leader
 _pid = os.getpid()
 _RESTORER = fetch_columns.Restorer()  # fetched batches get back the columns a response left out
 
 
 def _check_fork() -> None:
-    global _pid
+    global _pid, _flights
     if os.getpid() != _pid:  # a forked child must not use its parent's sockets or ZooKeeper session
         _clients.clear()
-        _flights.clear()
+        _flights = FlightClients()
         _pid = os.getpid()
 
 
@@ -74,29 +75,22 @@ def close_all() -> None:
     """Close this process's cached clients (a process that outlives the cluster should call this
     first: a ZooKeeper client whose server is gone keeps retrying, and blocks the process's exit)."""
     with _lock:
-        clients, flights = list(_clients.values()), list(_flights.values())
+        clients = list(_clients.values())
         _clients.clear()
-        _flights.clear()
     for client in clients:
         client.close()
-    for f in flights:
-        f.close()
+    _flights.close()
 
 
 def flight_client(location: str, connection: int = 0) -> flight.FlightClient:
     with _lock:
         _check_fork()
-        client = _flights.get((location, connection))
-        if client is None:
-            client = _flights[(location, connection)] = wire.flight_client(location, own_connection=connection > 0)
-        return client
+        flights = _flights
+    return flights.get(location, connection)
 
 
 def forget_flight(location: str) -> None:
-    with _lock:
-        gone = [_flights.pop(key) for key in [k for k in _flights if k[0] == location]]
-    for client in gone:
-        client.close()
+    _flights.forget(location)
 
 
 def typed(exc: BaseException, where: str) -> SparklogError:
