@@ -19,12 +19,8 @@ import pytest
 from sparklog.errors import InvalidRecord
 from sparklog.schemas import ValueSchema, conform, decode_avro, encode_avro, from_pylist
 from sparklog.schemas import fast_decode as fd
-from sparklog.schemas.codec import (
-    SINGLE_OBJECT_MAGIC,
-    decode_bodies_fastavro,
-    encode_fastavro,
-    read_fingerprints,
-)
+from sparklog.schemas.codec import SINGLE_OBJECT_MAGIC, read_fingerprints
+from sparklog.schemas.fastavro_codec import decode_bodies_fastavro, encode_fastavro
 
 UTC = datetime.UTC
 

@@ -34,6 +34,18 @@ def with_validity(values: pa.Array, like: pa.Array) -> pa.Array:
     return pa.Array.from_buffers(values.type, len(values), [validity_buffer(like), *bufs[1:]], like.null_count)
 
 
+def binary_from_parts(offsets: np.ndarray, data: bytes | np.ndarray, like: pa.Array) -> pa.Array:
+    """A binary (or large_binary past 2 GiB) column from int64 offsets and data, nulls of ``like``."""
+    n = len(offsets) - 1
+    if offsets[-1] < 2**31:
+        type_, offsets = pa.binary(), offsets.astype(np.int32)
+    else:
+        type_ = pa.large_binary()
+    return pa.Array.from_buffers(
+        type_, n, [validity_buffer(like), pa.py_buffer(offsets), pa.py_buffer(data)], like.null_count
+    )
+
+
 def null_mask(arr: pa.Array) -> pa.Array | None:
     return arr.is_null() if arr.null_count else None
 

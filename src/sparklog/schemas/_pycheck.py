@@ -1,5 +1,5 @@
 """Find the row and field that made a Python -> Arrow conversion fail (the slow path of
-:func:`sparklog.schemas.codec.from_pylist`, only run after the columnar conversion refused the rows)."""
+:func:`sparklog.schemas.pylist.from_pylist`, only run after the columnar conversion refused the rows)."""
 
 from __future__ import annotations
 

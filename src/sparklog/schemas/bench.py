@@ -19,7 +19,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.ipc as ipc
 
-from sparklog.schemas.codec import _layout, decode_avro, decode_bodies_fastavro, encode_avro, encode_fastavro
+from sparklog.schemas.codec import _layout, decode_avro, encode_avro
+from sparklog.schemas.fastavro_codec import decode_bodies_fastavro, encode_fastavro
 from sparklog.schemas.projection import project
 from sparklog.schemas.value_schema import ValueSchema
 

@@ -32,6 +32,7 @@ from sparklog.config import SCHEMA_COMPATIBILITIES
 from sparklog.errors import InvalidConfig
 from sparklog.schemas.avro import PRIMITIVES, describe, named_types, parse_avro, resolve, short_name, type_name
 from sparklog.schemas.errors import IncompatibleSchema
+from sparklog.schemas.value_schema import ValueSchema
 
 PROMOTIONS = {
     ("int", "long"),
@@ -107,8 +108,6 @@ def assert_compatible(old: Any, new: Any, mode: str = "BACKWARD", old_label: str
 
 
 def _parsed(schema: Any) -> Any:
-    from sparklog.schemas.value_schema import ValueSchema
-
     return schema.avro if isinstance(schema, ValueSchema) else parse_avro(schema)
 
 

@@ -15,6 +15,8 @@ not UTF-8 read as a string, an enum symbol without a default).
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -22,8 +24,11 @@ from sparklog.errors import InvalidRecord
 from sparklog.schemas._arrays import list_parts, make_list, make_struct, struct_children
 from sparklog.schemas.avro import short_name
 from sparklog.schemas.avro_arrow import Field, Node
+from sparklog.schemas.defaults import default_column
 from sparklog.schemas.errors import IncompatibleSchema
-from sparklog.schemas.value_schema import ValueSchema, default_column
+
+if TYPE_CHECKING:
+    from sparklog.schemas.value_schema import ValueSchema
 
 _PROMOTIONS = {
     ("int", "long"),

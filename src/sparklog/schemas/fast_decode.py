@@ -18,6 +18,7 @@ import pyarrow as pa
 
 from sparklog.schemas._arrays import decimal_from_bytes
 from sparklog.schemas.avro_arrow import Node
+from sparklog.schemas.fastavro_codec import decode_bodies_fastavro
 
 MAX_ITEM_STEPS = 4096  # longest array/map block handled column-wise; longer ones go to fastavro
 _PAD = 16
@@ -81,8 +82,6 @@ def decode(
     except (_Fallback, pa.ArrowInvalid, ValueError, IndexError, OverflowError):
         if writer is None:
             raise _Fallback from None
-        from sparklog.schemas.codec import decode_bodies_fastavro
-
         return decode_bodies_fastavro(data, starts, ends, writer, rows)
 
 

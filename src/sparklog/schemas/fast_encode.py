@@ -16,7 +16,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from sparklog.schemas._arrays import decimal_to_bytes, list_parts, validity_buffer
+from sparklog.schemas._arrays import binary_from_parts, decimal_to_bytes, list_parts
 from sparklog.schemas.avro_arrow import Node
 
 
@@ -48,13 +48,7 @@ def encode(arr: pa.StructArray, tree: Node, prefix: bytes = b"") -> pa.Array:
     out = concat(parts, n)
     offsets = np.zeros(n + 1, dtype=np.int64)
     np.cumsum(out.lengths, out=offsets[1:])
-    if offsets[-1] < 2**31:
-        type_, offsets = pa.binary(), offsets.astype(np.int32)
-    else:
-        type_ = pa.large_binary()
-    return pa.Array.from_buffers(
-        type_, n, [validity_buffer(arr), pa.py_buffer(offsets), pa.py_buffer(out.data)], arr.null_count
-    )
+    return binary_from_parts(offsets, out.data, arr)
 
 
 # ---------------------------------------------------------------------------- segment algebra

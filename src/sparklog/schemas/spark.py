@@ -17,6 +17,9 @@ from __future__ import annotations
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from sparklog.errors import InvalidRecord
+from sparklog.schemas._arrays import list_parts, make_list, make_struct, struct_children
+
 
 def spark_arrow_type(type_: pa.DataType) -> pa.DataType:
     """``type_`` with the types Spark cannot take replaced (recursively)."""
@@ -46,15 +49,13 @@ def to_spark_arrow(values: pa.Array | pa.ChunkedArray) -> pa.Array | pa.ChunkedA
 def from_spark_arrow(values: pa.Array, target: pa.DataType, path: str = "") -> pa.Array:
     """Values as Spark hands them to a writer, with the text of decimals wider than 38 digits parsed
     back where ``target`` (a typed topic's Arrow type) has them: the inverse of :func:`to_spark_arrow`
-    for what :func:`sparklog.schemas.codec.conform` does not do (it never parses text). Fields are
+    for what :func:`sparklog.schemas.conformance.conform` does not do (it never parses text). Fields are
     matched by name; only the columns on the way to such a decimal are rebuilt (zero-copy otherwise),
     and ``values`` itself is returned when nothing needs parsing. Raises :class:`InvalidRecord`
     naming the field for text that is not a decimal."""
     wanted = _unwidened(values.type, target)
     if wanted is None:
         return values
-    from sparklog.schemas._arrays import list_parts, make_list, make_struct, struct_children
-
     t = pa.types
     if t.is_struct(wanted):
         kids = []
@@ -81,8 +82,6 @@ def from_spark_arrow(values: pa.Array, target: pa.DataType, path: str = "") -> p
     try:
         return values.cast(wanted)  # the text of a decimal256
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
-        from sparklog.errors import InvalidRecord
-
         raise InvalidRecord(f"field '{path}' must be a decimal ({wanted}): {exc}") from None
 
 
