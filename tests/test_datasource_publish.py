@@ -12,9 +12,9 @@ import pytest
 from spark_helpers import chrooted_cluster, create_topic, read_topic
 from sparklog import Admin
 from sparklog.coordination.cluster import ClusterMetadata
-from sparklog.datasource import publish
+from sparklog.datasource import publish, publish_state
 from sparklog.datasource.options import parse_write_options
-from sparklog.datasource.writer import Stager
+from sparklog.datasource.stager import Stager
 
 
 @pytest.fixture(autouse=True)
@@ -72,11 +72,11 @@ def test_republishing_a_published_batch_stores_nothing_twice(spark_cluster, publ
     # a driver that died after publishing every slice but before recording it: the intent is all
     # that ZooKeeper has; publishing again finds every slice stored (the first 7 are older than the
     # 5 batches the leader remembers per producer, the last 5 are recognised as repeats)
-    staging, targets = publish.intent_from_messages([message])
+    staging, targets = publish_state.intent_from_messages([message])
     _set_state(
         zk,
         sink,
-        {"batch": 0, "state": "publishing", "next_seq": {}, "intent": publish._targets_json(staging, targets)},
+        {"batch": 0, "state": "publishing", "next_seq": {}, "intent": publish_state.targets_json(staging, targets)},
     )
     publish.publish_batch(options, sink, 0, [message], forget=False)
     assert len(read_topic(zk, topic)) == 120
@@ -100,14 +100,14 @@ def test_a_second_writer_of_the_same_sink_is_refused(spark_cluster):
     sink = f"sink-{topic}"
     options = parse_write_options({"zookeeper": zk, "topic": topic})
     client = publish.connections.cluster_client(zk)
-    state, version = publish.read_state(client, sink)
+    state, version = publish_state.read_state(client, sink)
     assert state is None
-    publish._write_state(client, sink, {"batch": 0, "state": "published", "next_seq": {}}, None)
-    with pytest.raises(publish.SinkConflict, match="another run"):
-        publish._write_state(client, sink, {"batch": 1, "state": "published", "next_seq": {}}, None)
+    publish_state.write_state(client, sink, {"batch": 0, "state": "published", "next_seq": {}}, None)
+    with pytest.raises(publish_state.SinkConflict, match="another run"):
+        publish_state.write_state(client, sink, {"batch": 1, "state": "published", "next_seq": {}}, None)
     publish.publish_batch(options, sink, 1, [_stage(options, 0, 3)], forget=True)
     assert len(read_topic(zk, topic)) == 3
-    assert publish.read_state(client, sink) == (None, None)
+    assert publish_state.read_state(client, sink) == (None, None)
 
 
 def test_a_failed_broker_copy_leaves_the_rest_to_the_relay(spark_cluster, monkeypatch):

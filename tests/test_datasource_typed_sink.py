@@ -16,9 +16,9 @@ import pytest
 from spark_helpers import create_topic, read_topic, run_available_now, stream_reader, unique
 from sparklog import Admin, Producer
 from sparklog.coordination.cluster import ClusterMetadata
-from sparklog.datasource import publish
+from sparklog.datasource import publish, publish_state
 from sparklog.datasource.options import DEFAULT_STAGING_TOPIC, parse_write_options
-from sparklog.datasource.writer import Stager
+from sparklog.datasource.stager import Stager
 from sparklog.schemas import ValueSchema
 from sparklog.schemas.registry import SchemaRegistry
 
@@ -287,12 +287,12 @@ def test_typed_slices_publish_as_their_version_after_the_schema_evolves(spark_cl
             SchemaRegistry.from_cluster(meta).register(target, json.dumps(v2))
         publish.publish_batch(options, "sink-typed", 0, [message], forget=False)
         assert _values(zk, target) == [{**order(i), "coupon": None} for i in range(35)]
-        state, _ = publish.read_state(publish.connections.cluster_client(zk), "sink-typed")
+        state, _ = publish_state.read_state(publish.connections.cluster_client(zk), "sink-typed")
         assert state["next_seq"] == {target: {f"0/0@{staged_in}": 35}}
 
         # a driver that died after publishing, before recording it: the intent is published again
-        staging, targets = publish.intent_from_messages([message])
-        intent = publish._targets_json(staging, targets, publish.versions_from_messages([message]))
+        staging, targets = publish_state.intent_from_messages([message])
+        intent = publish_state.targets_json(staging, targets, publish_state.versions_from_messages([message]))
         assert intent["targets"][0][2][0][3] == staged_in and intent["versions"] == {staged_in: 1}
         with ClusterMetadata(zk) as meta:
             path = f"{meta.layout.root}/sinks/sink-typed"

@@ -213,7 +213,7 @@ def test_sink_refuses_a_staging_topic_whose_settings_lose_rows(broker: tuple[Any
     topic must keep staged rows (the squatter's ``retention.ms=1``, compaction, ...), else
     PolicyViolation naming the setting; a missing one is created by the sink with its settings."""
     from sparklog.datasource import connections
-    from sparklog.datasource.writer import STAGING_CONFIGS, check_existing_staging_topic, ensure_staging_topic
+    from sparklog.datasource.staging_topics import STAGING_CONFIGS, check_existing_staging_topic, ensure_staging_topic
 
     _, zk = broker
     client = ClusterClient(zk, retry_timeout_s=10)

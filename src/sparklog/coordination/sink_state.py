@@ -1,8 +1,8 @@
 """The state of an exactly-once Spark sink in ZooKeeper: one znode, ``<root>/sinks/<sink id>``,
 holding JSON (zlib-compressed past 256 KiB, marked ``zlib:``), changed only by versioned writes
 (compare-and-set), so that two writers of one sink fail instead of interleaving. What the state
-means is :mod:`sparklog.datasource.publish`'s business; this module only stores it. Used by the
-ZooKeeper-backed client view and by brokers answering ``sink_state`` for bootstrap clients."""
+means is :mod:`sparklog.datasource.publish_state`'s business; this module only stores it. Used by
+the ZooKeeper-backed client view and by brokers answering ``sink_state`` for bootstrap clients."""
 
 from __future__ import annotations
 

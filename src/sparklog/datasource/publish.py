@@ -1,32 +1,11 @@
 """Publishing a staged batch exactly once (the driver side of the sink; design in
-:mod:`sparklog.datasource.writer`).
-
-The state of a sink lives in one znode, ``<root>/sinks/<sink id>`` (the sink id is the streaming
-query's id; batch writes use ``batch-<uuid>`` and delete theirs when done; written by this process,
-or for it by a broker when the sink was given ``bootstrap.servers``:
-:mod:`sparklog.coordination.sink_state`), as JSON::
-
-    {"batch": 7, "state": "publishing" | "published",
-     "next_seq": {"topic": {"<partition>/<staging partition>": 120000, ...}},  # where the next batch's
-                                                                                # sequence numbers start
-     "intent": {"staging_topic": ..., "targets": [[topic, partition, [[staging partition, first, last], ...]], ...],
-                "versions": {"<typed staging topic>": <target schema version>, ...}},
-     "published": {"topic": {"<partition>": [first offset, last offset, rows], ...}}}
-
-A slice staged in a typed staging topic (for a typed target) names it as a fourth element,
-``[staging partition, first, last, staging topic]``; its producer's key in ``next_seq`` is
-``"<partition>/<staging partition>@<staging topic>"``.
-
-``intent`` is present while ``publishing``; ``published`` after. Every change is a versioned
-ZooKeeper ``set``: a second writer of the same sink (two runs of one query) fails instead of
-interleaving. The producer id of a (sink, topic, partition, staging partition[, typed staging topic]) is a hash,
-so a restarted driver uses the same one and numbers every slice the same way, and the leader's
-idempotent-producer state recognises the slices it already stored.
-"""
+:mod:`sparklog.datasource.writer`, the sink's stored state in
+:mod:`sparklog.datasource.publish_state`): the publish intent is stored, the staged slices are
+copied to their partitions (on the broker, or relayed through this process), and the batch is
+recorded as published."""
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import os
 import threading
@@ -38,15 +17,26 @@ import pyarrow as pa
 import pyarrow.flight as flight
 
 from sparklog import wire
-from sparklog.coordination.sink_state import SinkConflict as SinkConflict  # raised by a state write; named here
 from sparklog.datasource import connections
+from sparklog.datasource.fault_injection import first_to_claim
 from sparklog.datasource.options import WriteOptions
+from sparklog.datasource.publish_state import (
+    Targets,
+    intent_from_messages,
+    producer_id,
+    read_state,
+    seq_key,
+    targets_from_json,
+    targets_json,
+    versions_from_messages,
+    write_state,
+)
 from sparklog.errors import DuplicateSequence, OffsetOutOfRange, SparklogError
 from sparklog.records import offsets_of
 
 if TYPE_CHECKING:
     from sparklog.client.cluster_client import ClusterClient
-    from sparklog.datasource.writer import SparklogCommitMessage
+    from sparklog.datasource.stager import SparklogCommitMessage
 
 log = logging.getLogger("sparklog.datasource")
 
@@ -54,84 +44,6 @@ PUBLISH_TIMEOUT_S = 120.0
 COPY_SLICES = 64  # slices per copy_records action
 BROKER_COPY = True  # False: every slice through this process (tests of the relay path)
 Wanted = tuple[int, int, tuple[str, int], int]  # a slice: first, last staged offset, target, first sequence
-
-
-def producer_id(
-    sink_id: str, topic: str, partition: int, stage_partition: int, typed_staging: str | None = None
-) -> int:
-    """The idempotent-producer id of one sink's writes to one partition from one staging partition
-    (of a typed staging topic, if given) (stable across restarts)."""
-    key = f"sparklog-sink/{sink_id}/{topic}/{partition}/{stage_partition}"
-    if typed_staging is not None:
-        key += f"@{typed_staging}"
-    digest = hashlib.sha256(key.encode()).digest()
-    return int.from_bytes(digest[:8], "big") & ((1 << 62) - 1)
-
-
-def seq_key(partition: int, stage_partition: int, typed_staging: str | None = None) -> str:
-    """Key of a producer's next sequence number in the sink state: "<partition>/<staging partition>"
-    (then "@<staging topic>" for a typed staging topic)."""
-    key = f"{partition}/{stage_partition}"
-    return key if typed_staging is None else f"{key}@{typed_staging}"
-
-
-# ----------------------------------------------------------------------------------------- state
-def read_state(client: ClusterClient, sink_id: str) -> tuple[dict[str, Any] | None, int | None]:
-    """The sink's state and its version (None, None without one): :mod:`sparklog.coordination.sink_state`,
-    in ZooKeeper, read directly or through a broker."""
-    return client.view.read_sink_state(sink_id)
-
-
-def _write_state(client: ClusterClient, sink_id: str, state: dict[str, Any], version: int | None) -> int:
-    """Create (``version`` None) or replace the state at ``version``; SinkConflict if it changed."""
-    return client.view.write_sink_state(sink_id, state, version)
-
-
-# ----------------------------------------------------------------------------------------- intent
-# per target partition: its slices as (staging partition, first offset, last offset, staging topic)
-Targets = list[tuple[str, int, list[tuple[int, int, int, str]]]]
-
-
-def intent_from_messages(messages: Sequence[SparklogCommitMessage]) -> tuple[str | None, Targets]:
-    """Slices per target partition, in staging order (staging partition, then offset): the order
-    they are published in (a task's slices of one partition keep their order)."""
-    by_target: dict[tuple[str, int], list[tuple[int, int, int, str]]] = {}
-    staging = None
-    for message in messages:
-        staging = staging or message.staging_topic
-        for topic, partition, stage_partition, first, last, staged_in in message.slices:
-            by_target.setdefault((topic, partition), []).append((stage_partition, first, last, staged_in))
-    return staging, [(t, p, sorted(slices)) for (t, p), slices in sorted(by_target.items())]
-
-
-def versions_from_messages(messages: Sequence[SparklogCommitMessage]) -> dict[str, int]:
-    """Typed staging topic -> the target schema version its values were converted to."""
-    out: dict[str, int] = {}
-    for message in messages:
-        out.update(message.versions)
-    return out
-
-
-def _targets_json(staging: str | None, targets: Targets, versions: dict[str, int] | None = None) -> dict[str, Any]:
-    def one(s: tuple[int, int, int, str]) -> list[Any]:
-        return list(s[:3]) if s[3] == staging else list(s)
-
-    intent: dict[str, Any] = {
-        "staging_topic": staging,
-        "targets": [[t, p, [one(s) for s in slices]] for t, p, slices in targets],
-    }
-    if versions:
-        intent["versions"] = versions
-    return intent
-
-
-def _targets_from_json(intent: dict[str, Any]) -> tuple[str, Targets, dict[str, int]]:
-    staging = intent["staging_topic"]
-    targets: Targets = [
-        (t, int(p), [(int(s[0]), int(s[1]), int(s[2]), s[3] if len(s) > 3 else staging) for s in slices])
-        for t, p, slices in intent["targets"]
-    ]
-    return staging, targets, {k: int(v) for k, v in intent.get("versions", {}).items()}
 
 
 # ----------------------------------------------------------------------------------------- publish
@@ -159,7 +71,7 @@ def publish_batch(
         state, version = read_state(client, sink_id)
     next_seq: dict[str, dict[str, int]] = (state or {}).get("next_seq", {})
     if state is not None and state["batch"] == batch_id and state["state"] == "publishing":
-        staging, targets, versions = _targets_from_json(state["intent"])
+        staging, targets, versions = targets_from_json(state["intent"])
         log.warning("sparklog sink %s: finishing batch %s, found half-published", sink_id, batch_id)
     else:
         staging, targets = intent_from_messages(messages)
@@ -170,9 +82,9 @@ def publish_batch(
             "batch": batch_id,
             "state": "publishing",
             "next_seq": next_seq,
-            "intent": _targets_json(staging, targets, versions),
+            "intent": targets_json(staging, targets, versions),
         }
-        version = _write_state(client, sink_id, intent_state, version)
+        version = write_state(client, sink_id, intent_state, version)
         _crash_point(options, "intent")
 
     assert staging is not None
@@ -186,7 +98,7 @@ def publish_batch(
     if forget:
         client.view.delete_sink_state(sink_id, version)
         return
-    _write_state(
+    write_state(
         client,
         sink_id,
         {"batch": batch_id, "state": "published", "next_seq": next_seq, "published": published},
@@ -440,13 +352,5 @@ def _crash_point(options: WriteOptions, point: str) -> None:
     """Test-only (option sparklog.test.crashCommit=<marker>:<point>): the commit process dies at
     ``point`` -- like a driver killed there -- once (the marker file says it happened)."""
     crash = options.test_crash_commit
-    if crash is None or crash[1] != point:
-        return
-    marker = crash[0]
-    try:
-        fd = os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
-    except FileExistsError:
-        return
-    os.write(fd, f"crashed at {point}\n".encode())
-    os.close(fd)
-    os._exit(17)
+    if crash is not None and crash[1] == point and first_to_claim(crash[0], f"crashed at {point}"):
+        os._exit(17)
