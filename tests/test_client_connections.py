@@ -48,53 +48,50 @@ def fetch_threads() -> int:
     return sum(1 for t in threading.enumerate() if t.name.startswith("sparklog-fetch-"))
 
 
+def topic_with_records(topic: str, partitions: int, **connect: Any) -> None:
+    """``topic`` with 100 records ``b"<partition>-<i>"`` in each partition (one replica)."""
+    with Admin(**connect) as admin:
+        admin.create_topic(topic, partitions, 1)
+    with Producer(**connect) as producer:
+        for p in range(partitions):
+            producer.send_batch(topic, {"value": [b"%d-%d" % (p, i) for i in range(100)]}, partition=p)
+
+
+def read_values(consumer: Consumer, count: int) -> list[bytes]:
+    values: list[bytes] = []
+    while len(values) < count:
+        for batch in consumer.poll_batches(timeout=5.0):
+            values += batch.column("value").to_pylist()
+    return values
+
+
 def test_a_consumer_fetches_each_partition_over_its_own_connection(start_broker: Any, sparklog_connect: str) -> None:
     broker = start_broker(1)
-    with Admin(sparklog_connect) as admin:
-        admin.create_topic("spread", 4)
-    with Producer(sparklog_connect) as producer:
-        for p in range(4):
-            producer.send_batch("spread", {"value": [b"v%d" % i for i in range(100)]}, partition=p)
+    topic_with_records("spread", 4, zookeeper=sparklog_connect)
     before = connections_to(broker.port)
     with Consumer("spread", zookeeper=sparklog_connect, auto_offset_reset="earliest") as consumer:
-        seen = 0
-        while seen < 400:
-            seen += sum(b.num_rows for b in consumer.poll_batches(timeout=5.0))
+        assert len(read_values(consumer, 400)) == 400
         assert connections_to(broker.port) - before >= 4
 
 
 def test_a_bootstrap_consumer_shares_its_first_fetch_connection_with_its_requests(start_broker: Any) -> None:
     broker = start_broker(1)
     servers = f"127.0.0.1:{broker.port}"
-    with Admin(bootstrap_servers=servers) as admin:
-        admin.create_topic("shared", 8)
-    with Producer(bootstrap_servers=servers) as producer:
-        for p in range(8):
-            producer.send_batch("shared", {"value": [b"v%d" % i for i in range(100)]}, partition=p)
+    topic_with_records("shared", 8, bootstrap_servers=servers)
     before = connections_to(broker.port)
     with Consumer("shared", bootstrap_servers=servers, auto_offset_reset="earliest") as consumer:
-        seen = 0
-        while seen < 800:
-            seen += sum(b.num_rows for b in consumer.poll_batches(timeout=5.0))
-        assert seen == 800
+        assert len(read_values(consumer, 800)) == 800
         # metadata, offsets and the fetches: FETCH_CONNECTIONS connections, not one more
         assert connections_to(broker.port) - before == FETCH_CONNECTIONS
         assert fetch_threads() == FETCH_CONNECTIONS
 
 
 def test_a_consumer_of_many_brokers_opens_one_connection_to_each(cluster: Any, sparklog_connect: str) -> None:
-    with Admin(sparklog_connect) as admin:
-        admin.create_topic("wide", 6, 1)  # two partitions led by each of the 3 brokers
-    with Producer(sparklog_connect) as producer:
-        for p in range(6):
-            producer.send_batch("wide", {"value": [b"%d-%d" % (p, i) for i in range(100)]}, partition=p)
+    topic_with_records("wide", 6, zookeeper=sparklog_connect)  # two partitions led by each of the 3 brokers
     ports = [b.port for b in cluster.brokers.values()]
     before = {port: connections_to(port) for port in ports}
     with Consumer("wide", zookeeper=sparklog_connect, auto_offset_reset="earliest") as consumer:
-        values: list[bytes] = []
-        while len(values) < 600:
-            for batch in consumer.poll_batches(timeout=5.0):
-                values += batch.column("value").to_pylist()
+        values = read_values(consumer, 600)
         assert sorted(values) == sorted(b"%d-%d" % (p, i) for p in range(6) for i in range(100))
         assert {port: connections_to(port) - before[port] for port in ports} == {port: 1 for port in ports}
         assert fetch_threads() == 3

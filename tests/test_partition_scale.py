@@ -150,13 +150,15 @@ def test_kill_9_of_a_leader_under_acks_all_on_500_partitions_loses_and_duplicate
                 probe_acks.append(Ack(value, p, meta.base_offset, "probe"))
         wait_progress(writers, 1000, timeout=120)
         cluster[victim].restart()
-        cluster.wait_full_isr(topic, timeout=120)
-        wait_progress(writers, 500, timeout=120)
+        wait_progress(writers, 500, timeout=120)  # the writes go on while it catches up
     except BaseException:
         quiet_finish(*writers)
         raise
     for w in writers:
         w.finish()
+    # back in every ISR once the writers stop (on a slow machine two writers at full speed keep
+    # 500 followed partitions from being in sync all at the same moment: a rate, not a fault)
+    cluster.wait_full_isr(topic, timeout=180)
     cluster.wait_converged(topic, timeout=120)
     ends = {p: cluster.leader_offsets(topic, p)["high_watermark"] for p in range(partitions)}
     fresh = consume_all(connect, topic, ends, timeout=180)

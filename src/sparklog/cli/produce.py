@@ -6,19 +6,39 @@ import argparse
 import collections
 import json
 import sys
+from collections.abc import Iterable
 from typing import BinaryIO
 
 from sparklog.cli.common import (
-    CLI_RETRY_TIMEOUT_S,
     CliError,
     add_cluster_options,
     bootstrap_servers,
     client_config,
     cluster_client,
 )
+from sparklog.client.cluster_client import ClusterClient
+from sparklog.errors import BrokerNotAvailable, SparklogError
 
 # How many sends between two checks of the acknowledgements so far (a failure stops reading early).
 _CHECK_EVERY = 1000
+
+# how long a line may wait for its acknowledgement, retries included: Kafka's delivery.timeout.ms default
+# (a first request to thousands of new partitions on a busy machine took over 10 s)
+DELIVERY_TIMEOUT_S = 120.0
+
+
+def _require_a_live_leader(client: ClusterClient, topic: str, partitions: Iterable[int]) -> None:
+    """Raise the first partition's error when none of ``partitions`` has a live leader (the lines
+    would wait out the whole delivery timeout for nothing); return at the first that has one."""
+    first: SparklogError | None = None
+    for partition in partitions:
+        try:
+            client.leader(topic, partition)
+            return
+        except BrokerNotAvailable as exc:
+            first = first or exc
+    if first is not None:
+        raise first
 
 
 def add_produce(sub: argparse._SubParsersAction) -> None:
@@ -70,18 +90,21 @@ def run_produce(args: argparse.Namespace) -> int:
         raise CliError(f"--partition must be >= 0, got {args.partition}")
 
     client = cluster_client(args)
-    try:  # fail before reading input if the topic is wrong
+    try:  # fail before reading input if the topic is wrong or no partition can take a line
         partitions = client.topic(args.topic).partitions
         typed = client.value_schema(args.topic) is not None
+        if args.partition is not None and args.partition >= partitions:
+            raise CliError(
+                f"topic {args.topic!r} has {partitions} partition(s); partition {args.partition} does not exist"
+            )
+        _require_a_live_leader(client, args.topic, range(partitions) if args.partition is None else [args.partition])
     finally:
         client.close()
-    if args.partition is not None and args.partition >= partitions:
-        raise CliError(f"topic {args.topic!r} has {partitions} partition(s); partition {args.partition} does not exist")
 
     producer = Producer(
         zookeeper=args.zookeeper,
         acks=args.acks,
-        delivery_timeout_s=CLI_RETRY_TIMEOUT_S,
+        delivery_timeout_s=DELIVERY_TIMEOUT_S,
         bootstrap_servers=bootstrap_servers(args),
         config=client_config(args),
     )

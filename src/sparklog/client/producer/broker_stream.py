@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import queue
 import threading
+import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -32,12 +33,13 @@ Outcome = list[BatchResult] | BaseException
 class ProduceRequest:
     """Batches sent together to one broker, and when the sender stops waiting for their answer."""
 
-    __slots__ = ("batches", "deadline", "stream")
+    __slots__ = ("batches", "deadline", "sent_at", "stream")
 
     def __init__(self, stream: Any, batches: list[ProduceBatch], deadline: float) -> None:
         self.stream = stream
         self.batches = batches
         self.deadline = deadline
+        self.sent_at = time.monotonic()
 
 
 class BrokerProduceStream:

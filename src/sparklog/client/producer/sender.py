@@ -272,7 +272,7 @@ class Sender:
 
     def _time_out_requests(self, now: float) -> None:
         for request in [r for r in self._in_flight if r.deadline <= now]:
-            waited = self.request_timeout_s
+            waited = now - request.sent_at
             broker = request.stream.broker
             error = RequestTimedOut(
                 f"broker {broker.broker_id} did not acknowledge a produce request within {waited:.1f} s"
