@@ -128,7 +128,28 @@ class Cluster:
             )
             return states if ok else None
 
-        return wait_for(full, timeout, f"every replica of {topic} in sync", interval=0.1)
+        try:
+            return wait_for(full, timeout, f"every replica of {topic} in sync", interval=0.1)
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}; {self.out_of_sync(topic)}") from None
+
+    def out_of_sync(self, topic: str) -> str:
+        """The partitions not fully in sync: how many, and the first few with their states and
+        their leaders' offsets (what a timed-out wait reports)."""
+        live = self.live()
+        lagging = [
+            (p, s, r)
+            for p, (s, r) in enumerate(zip(self.states(topic), self.replicas(topic), strict=True))
+            if not (s.leader in live and sorted(s.isr) == sorted(r))
+        ]
+        shown = []
+        for p, s, r in lagging[:8]:
+            try:
+                offsets: Any = self.leader_offsets(topic, p)
+            except Exception as exc:
+                offsets = repr(exc)[:200]
+            shown.append(f"{topic}-{p}: replicas {r}, {s}, leader's offsets {offsets}")
+        return f"live brokers {sorted(live)}; {len(lagging)} partitions out of sync: " + "; ".join(shown)
 
     def wait_preferred_leaders(self, topic: str, timeout: float = 60.0) -> list[PartitionState]:
         """Until the cluster is settled: full ISRs and every partition led by its preferred (first)
