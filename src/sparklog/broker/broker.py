@@ -104,7 +104,7 @@ class Broker:
         self._watch_count = 0
         self.partitions: dict[TopicPartition, Partition] = {}
         self.changes = PartitionChanges()  # what a waiting replica fetch waits on
-        self.replication = ReplicaFetcherManager(broker_id, self._leader_endpoint, self.read_state)
+        self.replication = ReplicaFetcherManager(broker_id, self._leader_endpoint, self.read_state, fetching=False)
         self._watched: set[TopicPartition] = set()  # partitions whose state znode is watched
         self._state_paths: dict[str, TopicPartition] = {}  # state znode path -> its partition
         self._unwatched_states: set[TopicPartition] = set()  # a watch fired, reading it again failed
@@ -183,6 +183,7 @@ class Broker:
         ChildrenWatch(self.cluster.zk, self.cluster.layout.topics, self._on_topics)
         threading.Thread(target=self._maintain, name="broker-maintenance", daemon=True).start()
         self._register()
+        self.replication.start_fetching()  # not before: see ReplicaFetcherManager
         self.controller = Controller(self)
         self.controller.start()
         if self.lake_dir is not None:
@@ -590,6 +591,8 @@ class Broker:
         state = partition.state
         if state is None or state.leader != self.broker_id or not self.zk_connected:
             return False
+        if any(b not in self.live_brokers for b in set(isr) - set(state.isr)):
+            return False  # only a registered broker joins (Kafka's KIP-841); its next fetch asks again
         new = PartitionState(state.leader, state.leader_epoch, isr)
         try:
             version = self.cluster.set_isr(partition.topic, partition.partition, new, partition.state_version)

@@ -140,7 +140,6 @@ class Controller:
         cluster = self._cluster
         for topic in cluster.zk.get_children(cluster.layout.reassignments):
             self._advance_reassignment(topic)
-        live = set(cluster.brokers())
         for topic in cluster.topics():
             try:
                 meta = cluster.topic(topic)
@@ -148,6 +147,9 @@ class Controller:
                 continue
             unclean = meta.config.unclean_leader_election_enable
             states = cluster.partition_states(topic, range(meta.partitions))
+            # the live brokers after the states: a broker a leader put back in an ISR registered
+            # before that, so a stale view of them never drops it (the writes are compare-and-set)
+            live = set(cluster.brokers())
             for p, replicas in enumerate(meta.replicas):
                 if p not in states:
                     continue

@@ -1,7 +1,12 @@
 """Which fetcher follows which partition (Kafka's ``ReplicaFetcherManager``): per leader broker a
 fixed set of :class:`LeaderFetcher` threads (``num.replica.fetchers``, default 1), each following
 its share of the partitions that broker leads. A broker's thread count grows with the number of
-brokers, not of partitions."""
+brokers, not of partitions.
+
+A manager made with ``fetching=False`` only records what to follow until :meth:`start_fetching`: a
+broker fetches once it is registered (in Kafka, once the controller has seen it). A restarted
+broker that fetched before that was put back in the ISRs while the registration of its previous
+life still stood, then dropped from them by the controller when that registration expired."""
 
 from __future__ import annotations
 
@@ -29,6 +34,7 @@ class ReplicaFetcherManager:
         endpoint_for: Callable[[int], LeaderEndPoint],
         reread_state: Callable[[str, int], None],
         fetchers_per_leader: int = DEFAULT_FETCHERS_PER_LEADER,
+        fetching: bool = True,
     ) -> None:
         self.broker_id = broker_id
         self.endpoint_for = endpoint_for
@@ -39,6 +45,14 @@ class ReplicaFetcherManager:
         self._partitions: dict[TopicPartition, Partition] = {}  # so that a fetcher started again gets them back
         self._lock = threading.Lock()
         self._stopped = False
+        self._fetching = fetching
+
+    def start_fetching(self) -> None:
+        """Start the fetchers of everything followed so far (and of what is followed from now on)."""
+        with self._lock:
+            self._fetching = True
+            for key, slot in self._assigned.items():
+                self._fetcher(slot).add(self._partitions[key])
 
     def follow(self, partition: Partition, leader_id: int) -> None:
         """Follow ``partition`` from ``leader_id`` (moving it from the fetcher of a previous leader)."""
@@ -48,20 +62,27 @@ class ReplicaFetcherManager:
             if self._stopped:
                 return
             previous = self._assigned.get(key)
-            if previous is not None and previous != slot:
+            if previous is not None and previous != slot and previous in self._fetchers:
                 self._fetchers[previous].remove(key)
-            fetcher = self._fetchers.get(slot)
-            if fetcher is None or not fetcher.is_alive():
-                fetcher = self._fetchers[slot] = LeaderFetcher(
-                    leader_id, self.endpoint_for(leader_id), self.reread_state, f"fetcher-{leader_id}-{slot[1]}"
-                )
-                for other, assigned in self._assigned.items():  # a restarted fetcher takes its partitions back
-                    if assigned == slot and other != key and other in self._partitions:
-                        fetcher.add(self._partitions[other])
-                fetcher.start()
             self._assigned[key] = slot
-            fetcher.add(partition)
             self._partitions[key] = partition
+            if self._fetching:
+                self._fetcher(slot).add(partition)
+
+    def _fetcher(self, slot: tuple[int, int]) -> LeaderFetcher:
+        """(Under the lock.) The running fetcher of ``slot``, started (again) with the partitions
+        assigned to it if it is not running."""
+        fetcher = self._fetchers.get(slot)
+        if fetcher is None or not fetcher.is_alive():
+            leader_id = slot[0]
+            fetcher = self._fetchers[slot] = LeaderFetcher(
+                leader_id, self.endpoint_for(leader_id), self.reread_state, f"fetcher-{leader_id}-{slot[1]}"
+            )
+            for key, assigned in self._assigned.items():  # a restarted fetcher takes its partitions back
+                if assigned == slot:
+                    fetcher.add(self._partitions[key])
+            fetcher.start()
+        return fetcher
 
     def unfollow(self, key: TopicPartition) -> None:
         """Stop following a partition (this broker leads it now, or holds no replica any more)."""

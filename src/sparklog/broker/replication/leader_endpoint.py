@@ -17,7 +17,7 @@ from sparklog.broker.replication import fetch_request
 from sparklog.broker.replication.fetch_request import FetchPosition
 from sparklog.errors import SparklogError, error_from_code
 
-FETCH_TIMEOUT_MARGIN_S = 1.5  # past max_wait_ms: a frozen leader must not hold the fetcher
+FETCH_TIMEOUT_MARGIN_S = 5.0  # past max_wait_ms: a frozen leader must not hold the fetcher for long
 
 
 @dataclasses.dataclass(frozen=True)

@@ -7,11 +7,19 @@ return the follower to the ISR: :meth:`Partition.fetch_range_end`), and reads wh
 it. If no partition has anything to send, it waits for :class:`PartitionChanges` to report a change
 to one of them (checking every ``WAIT_SLICE_S`` whether the follower went away or the broker
 stops), then looks only at the partitions that changed.
+
+A response is streamed as it is built, and stops taking partitions once it has sent something and
+has been built for ``BUILD_BUDGET_S``; the follower asks again at once from its new positions. Each
+response starts at a random partition, so the ones it left out come first in another. (A follower
+catching up on a thousand partitions of small batches once got responses that took longer to
+build than its call's deadline: it received nothing, asked again, and never caught up, while the
+leader built the abandoned responses to the end.)
 """
 
 from __future__ import annotations
 
 import itertools
+import random
 import time
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
@@ -34,6 +42,8 @@ if TYPE_CHECKING:
     from sparklog.broker.partition import Partition
 
 MAX_WAIT_MS = 30_000
+BUILD_BUDGET_S = 0.5  # a response that has sent something takes no more partitions after this long
+CANCEL_CHECK_EVERY = 32  # partitions between two looks at whether the follower went away
 LeaderLookup = Callable[[str, int], "Partition"]  # the partition if this broker leads it (NotLeader, UnknownTopic)
 
 
@@ -72,24 +82,33 @@ class ReplicaFetchResponse:
         deadline = time.monotonic() + max_wait_ms / 1000
         by_key = {(p.topic, p.partition): p for p in positions}
         version = self.changes.version
-        pending = list(positions)
+        pending = _from_random_start(positions)
         while True:
-            found = self._collect(pending, replica_id, max_bytes)
-            if found or time.monotonic() >= deadline or self.stopping() or self.cancelled():
-                break
+            sent = False
+            for message in self._collect(pending, replica_id, max_bytes):
+                sent = True
+                yield message
+            if sent or time.monotonic() >= deadline or self._give_up():
+                return
             version, changed = self.changes.wait_for(version, by_key, deadline, self._give_up)
-            pending = list(positions) if changed is None else [by_key[key] for key in changed]
-        yield from found
+            pending = _from_random_start(positions) if changed is None else [by_key[key] for key in changed]
 
     def _give_up(self) -> bool:
         return self.stopping() or self.cancelled()
 
     def _collect(
         self, positions: list[FetchPosition], replica_id: int, max_bytes: int
-    ) -> list[tuple[pa.RecordBatch, pa.Buffer]]:
-        out: list[tuple[pa.RecordBatch, pa.Buffer]] = []
+    ) -> Iterator[tuple[pa.RecordBatch, pa.Buffer]]:
+        """The messages of ``positions`` (in order), until the bytes or the time budget runs out
+        or the follower goes away."""
         budget = MAX_RESPONSE_BYTES
-        for position in positions:
+        build_until = time.monotonic() + BUILD_BUDGET_S
+        sent = False
+        for i, position in enumerate(positions):
+            if sent and time.monotonic() >= build_until:
+                return  # the rest in the next response
+            if i % CANCEL_CHECK_EVERY == CANCEL_CHECK_EVERY - 1 and self._give_up():
+                return
             head = {"t": position.topic, "p": position.partition}
             try:
                 partition = self.lookup(position.topic, position.partition)
@@ -100,17 +119,26 @@ class ReplicaFetchResponse:
                     if stored:  # one schema per partition and response: a new version comes next round
                         stored = _one_schema(stored)
                 hw, lso = partition.high_watermark, partition.log.log_start_offset
+                messages = []
                 for batch, header in stored:
                     meta = {**head, "h": header.encode(crc=b"00000000"), "hw": hw, "lso": lso}
                     message = envelope(batch)
                     budget -= message.get_total_buffer_size()
-                    out.append((message, pa.py_buffer(wire.encode(meta))))
+                    messages.append((message, pa.py_buffer(wire.encode(meta))))
                 if not stored and hw != position.high_watermark:
-                    out.append((empty_envelope(), pa.py_buffer(wire.encode({**head, "hw": hw, "lso": lso}))))
+                    messages.append((empty_envelope(), pa.py_buffer(wire.encode({**head, "hw": hw, "lso": lso}))))
             except SparklogError as exc:
                 error = {**head, "error": exc.code, "message": str(exc)[:500]}
-                out.append((empty_envelope(), pa.py_buffer(wire.encode(error))))
-        return out
+                messages = [(empty_envelope(), pa.py_buffer(wire.encode(error)))]
+            sent = sent or bool(messages)
+            yield from messages  # outside the try: an error sending is not this partition's
+
+
+def _from_random_start(positions: list[FetchPosition]) -> list[FetchPosition]:
+    """``positions`` rotated to start at a random one (the partitions a response leaves out for
+    its time budget are not always the same)."""
+    start = random.randrange(len(positions)) if positions else 0
+    return positions[start:] + positions[:start]
 
 
 def _one_schema(stored: list[tuple[pa.RecordBatch, Any]]) -> list[tuple[pa.RecordBatch, Any]]:
