@@ -430,13 +430,11 @@ def test_consume_positions_formats_and_raw_bytes(one_broker: str) -> None:
     assert_one_line_error(run_cli("produce", "events", "--key-separator", ":", zk=zk, input="no separator\n"), "line 1")
 
 
-def test_produce_100k_lines_quickly(one_broker: str) -> None:
+def test_produce_100k_lines_then_consume_each_once(one_broker: str) -> None:
+    """(How fast is for benchmarks: a timed assertion here only measured the machine's load.)"""
     zk = one_broker
     ok("topics", "create", "bulk", "--partitions", "2", zk=zk)
-    began = time.monotonic()
     ok("produce", "bulk", zk=zk, input="".join(f"{i}\n" for i in range(100_000)))
-    took = time.monotonic() - began
-    assert took < 20, f"100k lines took {took:.1f} s"
     rows = json.loads(ok("topics", "describe", "bulk", "--json", zk=zk).stdout)["partitions"]
     assert sum(p["log_end_offset"] for p in rows) == 100_000
     consumed = ok("consume", "bulk", "--from-beginning", "--max-messages", "100000", "-q", zk=zk)
