@@ -51,8 +51,8 @@ class ReplicaFetcherManager:
         """Start the fetchers of everything followed so far (and of what is followed from now on)."""
         with self._lock:
             self._fetching = True
-            for key, slot in self._assigned.items():
-                self._fetcher(slot).add(self._partitions[key])
+            for slot in set(self._assigned.values()):
+                self._fetcher(slot)  # a fetcher starts with the partitions assigned to it
 
     def follow(self, partition: Partition, leader_id: int) -> None:
         """Follow ``partition`` from ``leader_id`` (moving it from the fetcher of a previous leader)."""

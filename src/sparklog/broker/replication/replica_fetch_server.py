@@ -119,19 +119,19 @@ class ReplicaFetchResponse:
                     if stored:  # one schema per partition and response: a new version comes next round
                         stored = _one_schema(stored)
                 hw, lso = partition.high_watermark, partition.log.log_start_offset
-                messages = []
+                out = []
                 for batch, header in stored:
                     meta = {**head, "h": header.encode(crc=b"00000000"), "hw": hw, "lso": lso}
                     message = envelope(batch)
                     budget -= message.get_total_buffer_size()
-                    messages.append((message, pa.py_buffer(wire.encode(meta))))
+                    out.append((message, pa.py_buffer(wire.encode(meta))))
                 if not stored and hw != position.high_watermark:
-                    messages.append((empty_envelope(), pa.py_buffer(wire.encode({**head, "hw": hw, "lso": lso}))))
+                    out.append((empty_envelope(), pa.py_buffer(wire.encode({**head, "hw": hw, "lso": lso}))))
             except SparklogError as exc:
                 error = {**head, "error": exc.code, "message": str(exc)[:500]}
-                messages = [(empty_envelope(), pa.py_buffer(wire.encode(error)))]
-            sent = sent or bool(messages)
-            yield from messages  # outside the try: an error sending is not this partition's
+                out = [(empty_envelope(), pa.py_buffer(wire.encode(error)))]
+            sent = sent or bool(out)
+            yield from out  # outside the try: an error sending is not this partition's
 
 
 def _from_random_start(positions: list[FetchPosition]) -> list[FetchPosition]:
