@@ -26,6 +26,7 @@ import pytest
 from broker_helpers import HELPER_SCRIPT, raw_action, read_jsonl, typed_error, wait_for
 from security_helpers import SecureSetup
 from sparklog import Admin, Consumer, Producer, wire
+from sparklog.client.consumer import FIRST_ASSIGNMENT_WAIT_S
 from sparklog.coordination.cluster import ClusterMetadata
 from sparklog.errors import (
     AuthorizationFailed,
@@ -131,8 +132,13 @@ def test_bootstrap_members_split_partitions_and_one_closing_gives_the_other_all(
     topic, group = f"gm-{uuid.uuid4().hex[:6]}", f"g-{uuid.uuid4().hex[:6]}"
     with Admin(bootstrap_servers=servers) as admin:
         admin.create_topic(topic, PARTITIONS)
-    consumers = {"a": member(topic, group, servers), "b": member(topic, group, servers)}
+    consumers = {"a": member(topic, group, servers)}
     try:
+        began = time.monotonic()
+        consumers["b"] = member(topic, group, servers)
+        # "a" gives its share up on its next call, as a Kafka member in its next poll: "b"'s
+        # constructor does not wait for that (it waited 30 s for it)
+        assert time.monotonic() - began < 3 * FIRST_ASSIGNMENT_WAIT_S
         found = wait_for(lambda: split(consumers, [3, 3]), 30, "two members with three partitions each", 0.1)
         assert set(found["a"]).isdisjoint(found["b"])
         with ClusterMetadata(sparklog_connect) as cluster:  # the broker hosts them in ZooKeeper

@@ -44,6 +44,11 @@ RESETS = ("earliest", "latest", "none")
 RETRY_BACKOFF_S = (0.05, 0.25)  # first and longest wait before a refused partition is fetched again
 REFRESH_EVERY = 8  # a partition refused this many times in a row re-reads its leader from ZooKeeper
 REFUSALS_APART_S = 5.0  # refusals further apart (plus max_wait_ms) are new trouble: retry_timeout_s starts again
+# how long a group member's constructor waits for its first assignment: enough for a member that
+# joins alone; a member whose share other members must first give up (on their next poll, as in
+# Kafka) gets it on a later poll instead of holding its caller up
+FIRST_ASSIGNMENT_WAIT_S = 5.0
+ASSIGNMENT_WAIT_S = 0.5  # how long assignment() waits for the partitions while the group allocates
 
 
 class Record(NamedTuple):
@@ -68,6 +73,10 @@ class Consumer:
     with bootstrap servers it is the member's session at the broker hosting it (heartbeats).
     A fetch that fails with a retriable error (leader moved, broker down) is retried for up to
     ``retry_timeout_s``.
+
+    A group member returns from its constructor with its first assignment, or after
+    ``FIRST_ASSIGNMENT_WAIT_S`` without one when other members must first give partitions up
+    (they do on their next poll); ``poll`` then waits for it within its own timeout.
 
     The assigned partitions that one broker leads are fetched together, on one open stream per
     topic and connection to that broker (:mod:`sparklog.client.fetch_session`, one thread each:
@@ -151,10 +160,12 @@ class Consumer:
             self._partitioner = SetPartitioner(
                 self._client.cluster.zk, path, items, identifier=uuid.uuid4().hex, time_boundary=0.5
             )
-        self._follow_group(wait=True)
+        self._follow_group(FIRST_ASSIGNMENT_WAIT_S)
 
     # ----------------------------------------------------------------- assignment
-    def _follow_group(self, wait: bool = False) -> None:
+    def _follow_group(self, wait: float = ASSIGNMENT_WAIT_S) -> None:
+        """Take up the group's current assignment, waiting up to ``wait`` s for one while the group
+        allocates and this consumer has none."""
         part = self._partitioner
         if part is None:
             return
@@ -163,11 +174,8 @@ class Consumer:
             self._assigned, self._positions = [], {}
             self._close_sessions()
             part.release_set()
-        if part.allocating:
-            if not wait and not self._assigned:
-                part.wait_for_acquire(timeout=0.5)
-            elif wait:
-                part.wait_for_acquire(timeout=30)
+        if part.allocating and not self._assigned:
+            part.wait_for_acquire(timeout=wait)
             self._check_membership(part)
         if part.acquired and not self._assigned:
             owned = []
@@ -291,9 +299,10 @@ class Consumer:
         In a group, what was read while the partitions were being taken away (a rebalance, a
         lost lease) is dropped: the next owner reads it from the committed offsets.
         """
-        self._follow_group()
+        deadline = time.monotonic() + timeout
+        self._follow_group(max(timeout, ASSIGNMENT_WAIT_S))
         part = self._partitioner
-        out = self._poll_batches(timeout)
+        out = self._poll_batches(max(deadline - time.monotonic(), 0.0))
         if out and part is not None and not part.acquired:
             self._follow_group()  # positions start again from the committed offsets
             return []
