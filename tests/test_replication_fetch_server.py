@@ -91,8 +91,13 @@ def test_within_its_budget_a_response_covers_every_partition(led: Led, monkeypat
     assert sorted(sent) == sorted(p for p in range(len(led)) for _ in range(BATCHES))
 
 
-def test_a_response_stops_building_once_its_follower_went_away(led: Led) -> None:
+def test_a_response_stops_building_once_its_follower_went_away(led: Led, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(replica_fetch_server, "CANCEL_CHECK_S", 0.0)  # asks before each partition
     looked_up: list[int] = []
     sent = partitions_of(responder(led, looked_up, cancelled=True).messages(fetch_all(led)))
-    assert len(looked_up) == replica_fetch_server.CANCEL_CHECK_EVERY - 1 < len(led)
-    assert len(sent) == len(looked_up) * BATCHES
+    assert looked_up == [] and sent == []
+    # asked only every CANCEL_CHECK_S: within it, the partitions are read
+    monkeypatch.setattr(replica_fetch_server, "CANCEL_CHECK_S", 600.0)
+    monkeypatch.setattr(replica_fetch_server, "BUILD_BUDGET_S", 600.0)
+    sent = partitions_of(responder(led, looked_up, cancelled=True).messages(fetch_all(led)))
+    assert len(looked_up) == len(led) and len(sent) == len(led) * BATCHES

@@ -196,6 +196,7 @@ class Partition:
             raise OffsetOutOfRange(f"follower {replica_id} fetches at {offset}, past the leader's end {end}")
         with self.changed:
             now = time.monotonic() * 1000
+            moved = self._follower_end.get(replica_id) != offset
             self._follower_end[replica_id] = offset
             # Caught up: at the log end now, or at least where the log ended at its previous fetch
             # (then it was caught up as of that fetch). Under a steady stream of writes a follower
@@ -208,11 +209,15 @@ class Partition:
                     self._follower_caught_up_ms.get(replica_id, 0.0), previous_at
                 )
             self._previous_fetch[replica_id] = (end, now)
-            hw_before = self.high_watermark
-            self._advance_hw()
-            self.changed.notify_all()
-            if self.high_watermark != hw_before:  # a fetch that moved nothing must not wake other fetches
-                self.on_change()
+            # an in-sync follower standing where it stood, at or below the high watermark, changes
+            # nothing another fetch or a producer waits for (so it is with every idle partition,
+            # every round): the high watermark is the smallest end among the in-sync replicas
+            if moved or replica_id not in state.isr or offset > self.high_watermark:
+                hw_before = self.high_watermark
+                self._advance_hw()
+                self.changed.notify_all()
+                if self.high_watermark != hw_before:  # a fetch that moved nothing must not wake other fetches
+                    self.on_change()
             # rejoin once it has everything visible and everything of earlier leader epochs
             # (like Kafka: it need not reach a log end that moves with every write)
             rejoin = (

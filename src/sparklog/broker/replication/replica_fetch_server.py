@@ -43,7 +43,10 @@ if TYPE_CHECKING:
 
 MAX_WAIT_MS = 30_000
 BUILD_BUDGET_S = 0.5  # a response that has sent something takes no more partitions after this long
-CANCEL_CHECK_EVERY = 32  # partitions between two looks at whether the follower went away
+# how often building a response asks whether the follower went away: the call's is_cancelled()
+# releases the GIL, and getting it back on a busy broker costs up to a switch interval (5 ms)
+CANCEL_CHECK_S = 0.05
+EMPTY_ENVELOPE = empty_envelope()  # immutable: one for every message that carries no batch
 LeaderLookup = Callable[[str, int], "Partition"]  # the partition if this broker leads it (NotLeader, UnknownTopic)
 
 
@@ -56,8 +59,8 @@ def parse(request: dict[str, Any]) -> tuple[int, list[FetchPosition], int, int]:
     if not isinstance(items, list) or len(items) > MAX_PARTITIONS:
         raise InvalidRequest(f"a replica fetch needs a list of at most {MAX_PARTITIONS} 'partitions'")
     positions = [FetchPosition.parse(item) for item in items]
-    for position in positions:
-        check_topic_name(position.topic)
+    for topic in {position.topic for position in positions}:
+        check_topic_name(topic)
     return replica_id, positions, min(max(max_wait, 0), MAX_WAIT_MS), min(max(max_bytes, 1), MAX_RESPONSE_BYTES)
 
 
@@ -102,13 +105,17 @@ class ReplicaFetchResponse:
         """The messages of ``positions`` (in order), until the bytes or the time budget runs out
         or the follower goes away."""
         budget = MAX_RESPONSE_BYTES
-        build_until = time.monotonic() + BUILD_BUDGET_S
+        started = time.monotonic()
+        build_until, check_at = started + BUILD_BUDGET_S, started + CANCEL_CHECK_S
         sent = False
-        for i, position in enumerate(positions):
-            if sent and time.monotonic() >= build_until:
+        for position in positions:
+            now = time.monotonic()
+            if sent and now >= build_until:
                 return  # the rest in the next response
-            if i % CANCEL_CHECK_EVERY == CANCEL_CHECK_EVERY - 1 and self._give_up():
-                return
+            if now >= check_at:
+                if self._give_up():
+                    return
+                check_at = now + CANCEL_CHECK_S
             head = {"t": position.topic, "p": position.partition}
             try:
                 partition = self.lookup(position.topic, position.partition)
@@ -126,10 +133,10 @@ class ReplicaFetchResponse:
                     budget -= message.get_total_buffer_size()
                     out.append((message, pa.py_buffer(wire.encode(meta))))
                 if not stored and hw != position.high_watermark:
-                    out.append((empty_envelope(), pa.py_buffer(wire.encode({**head, "hw": hw, "lso": lso}))))
+                    out.append((EMPTY_ENVELOPE, pa.py_buffer(wire.encode({**head, "hw": hw, "lso": lso}))))
             except SparklogError as exc:
                 error = {**head, "error": exc.code, "message": str(exc)[:500]}
-                out = [(empty_envelope(), pa.py_buffer(wire.encode(error)))]
+                out = [(EMPTY_ENVELOPE, pa.py_buffer(wire.encode(error)))]
             sent = sent or bool(out)
             yield from out  # outside the try: an error sending is not this partition's
 
