@@ -36,6 +36,7 @@ from sparklog.broker.lake.union_read import UnionRead
 from sparklog.broker.listeners import open_listeners
 from sparklog.broker.log_manager import DEFAULT_PRODUCER_ID_EXPIRATION_MS, LogManager
 from sparklog.broker.partition import Partition
+from sparklog.broker.partition_state_cache import PartitionStateCache
 from sparklog.broker.replication.fetcher_manager import ReplicaFetcherManager
 from sparklog.broker.replication.leader_endpoint import FlightLeaderEndPoint
 from sparklog.broker.replication.partition_changes import PartitionChanges
@@ -145,6 +146,8 @@ class Broker:
         self.registry = SchemaRegistry.from_cluster(self.cluster)
         self.zk_connected = True
         self.cluster.zk.add_listener(self._on_zk_state)
+        states = PartitionStateCache(self.cluster.partition_states, self.cluster.layout.partition_state)
+        self.cluster.zk.add_listener(states.on_connection_state)
         self.group_members = GroupMembers(
             self.cluster.zk, self.cluster.layout.group_partitioner, self.session_timeout_s
         )
@@ -153,6 +156,7 @@ class Broker:
             self.registry,
             lambda: self.live_brokers,
             self.topic_metadata,
+            states.states,
             self.schemas_of,
             self.group_members,
         )

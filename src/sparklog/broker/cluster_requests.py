@@ -16,7 +16,7 @@ typed error naming what is wrong, and ZooKeeper trouble leaves as the retriable
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from kazoo.exceptions import KazooException
@@ -25,7 +25,13 @@ from kazoo.handlers.threading import KazooTimeoutError
 from sparklog import wire
 from sparklog.broker.call_permissions import CLUSTER, GROUP, TOPIC, TRANSACTIONAL_ID, UNRESTRICTED, CallPermissions
 from sparklog.broker.group_members import GroupMembers
-from sparklog.coordination.cluster import NUM_PARTITIONS_MAX, BrokerInfo, ClusterMetadata, TopicMetadata
+from sparklog.coordination.cluster import (
+    NUM_PARTITIONS_MAX,
+    BrokerInfo,
+    ClusterMetadata,
+    PartitionState,
+    TopicMetadata,
+)
 from sparklog.coordination.sink_state import SinkStates
 from sparklog.errors import AuthorizationFailed, CoordinatorNotAvailable, InvalidRequest, SparklogError
 from sparklog.names import check_group_id, check_topic_name, check_transactional_id
@@ -117,8 +123,9 @@ def _broker_entry(info: BrokerInfo) -> dict[str, Any]:
 
 class ClusterRequests:
     """Answers the cluster actions; what it needs of the broker is given, nothing more: its
-    ZooKeeper access (``cluster``, ``registry``), its watched view of the live brokers and of
-    topics, each topic's value schema versions, and the group members it hosts for clients."""
+    ZooKeeper access (``cluster``, ``registry``), its watched view of the live brokers, of topics
+    and of their partitions' states, each topic's value schema versions, and the group members it
+    hosts for clients."""
 
     def __init__(
         self,
@@ -126,6 +133,7 @@ class ClusterRequests:
         registry: SchemaRegistry,
         live_brokers: Callable[[], Mapping[int, BrokerInfo]],
         topic_metadata: Callable[[str], TopicMetadata],
+        partition_states: Callable[[str, Iterable[int]], Mapping[int, tuple[PartitionState, int]]],
         value_schemas: Callable[[str], Sequence[ValueSchema]],
         members: GroupMembers,
     ) -> None:
@@ -133,6 +141,7 @@ class ClusterRequests:
         self.registry = registry
         self.live_brokers = live_brokers
         self.topic_metadata = topic_metadata
+        self.partition_states = partition_states
         self.value_schemas = value_schemas
         self.members = members
         self.sinks = SinkStates(cluster.zk, cluster.layout)
@@ -183,7 +192,7 @@ class ClusterRequests:
     def _describe(self, name: str) -> dict[str, Any]:
         try:
             meta = self.topic_metadata(name)
-            states = self.cluster.partition_states(name, range(meta.partitions))
+            states = self.partition_states(name, range(meta.partitions))
         except SparklogError as exc:
             return {"name": name, "error": exc.code, "message": str(exc)[: wire.MAX_ERROR_MESSAGE]}
         partitions: list[dict[str, Any] | None] = []
