@@ -14,6 +14,7 @@ from __future__ import annotations
 import signal
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from collections import Counter
@@ -139,6 +140,11 @@ def test_bootstrap_members_split_partitions_and_one_closing_gives_the_other_all(
         # "a" gives its share up on its next call, as a Kafka member in its next poll: "b"'s
         # constructor does not wait for that (it waited 30 s for it)
         assert time.monotonic() - began < 3 * FIRST_ASSIGNMENT_WAIT_S
+        # its poll waits for its share within the poll's timeout, and wakeup() ends that wait too
+        threading.Timer(0.5, consumers["b"].wakeup).start()
+        began = time.monotonic()
+        assert consumers["b"].poll(60) == []
+        assert time.monotonic() - began < 30
         found = wait_for(lambda: split(consumers, [3, 3]), 30, "two members with three partitions each", 0.1)
         assert set(found["a"]).isdisjoint(found["b"])
         with ClusterMetadata(sparklog_connect) as cluster:  # the broker hosts them in ZooKeeper

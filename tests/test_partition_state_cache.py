@@ -44,7 +44,8 @@ def test_states_are_read_once_and_again_after_their_znode_changes(cluster: Clust
     reader = CountingReader(cluster)
     cache = PartitionStateCache(reader, cluster.layout.partition_state)
     first = cache.states(TOPIC, range(PARTITIONS))
-    assert {p: state for p, (state, _v) in first.items()} == {p: PartitionState(1, 0, [1, 2]) for p in range(PARTITIONS)}
+    expected = {p: PartitionState(1, 0, [1, 2]) for p in range(PARTITIONS)}
+    assert {p: state for p, (state, _v) in first.items()} == expected
     assert sorted(reader.read) == list(range(PARTITIONS))
     for _ in range(5):  # metadata refreshes: served from memory
         assert cache.states(TOPIC, range(PARTITIONS)) == first

@@ -49,6 +49,7 @@ REFUSALS_APART_S = 5.0  # refusals further apart (plus max_wait_ms) are new trou
 # Kafka) gets it on a later poll instead of holding its caller up
 FIRST_ASSIGNMENT_WAIT_S = 5.0
 ASSIGNMENT_WAIT_S = 0.5  # how long assignment() waits for the partitions while the group allocates
+WAKEUP_CHECK_S = 0.1  # a wait for partitions looks this often whether wakeup() was called
 
 
 class Record(NamedTuple):
@@ -135,6 +136,7 @@ class Consumer:
         self._unrouted: dict[TopicPartition, float] = {}  # partitions to give a session, and from when
         self._refused: dict[TopicPartition, tuple[float, int, float]] = {}  # (first, count, last) refusals
         self._results: Results = queue.SimpleQueue()
+        self._woken = False  # wakeup() was called and no poll has returned for it yet
         self._failed: BaseException | None = None  # a fetch's error, raised by the next poll
         self._partitioner: SetPartitioner | BrokerGroupMembership | None = None
         all_partitions = [
@@ -150,7 +152,7 @@ class Consumer:
             return
         if isinstance(view, BrokerView):
             self._partitioner = BrokerGroupMembership(
-                view, group, self.topics, items, session_timeout_s, on_change=self.wakeup
+                view, group, self.topics, items, session_timeout_s, on_change=self._membership_changed
             )
         else:
             path = self._client.cluster.layout.group_partitioner(group, self.topics)
@@ -175,7 +177,7 @@ class Consumer:
             self._close_sessions()
             part.release_set()
         if part.allocating and not self._assigned:
-            part.wait_for_acquire(timeout=wait)
+            self._await_assignment(part, wait)
             self._check_membership(part)
         if part.acquired and not self._assigned:
             owned = []
@@ -183,6 +185,15 @@ class Consumer:
                 topic, p = str(item).rsplit(":", 1)
                 owned.append((topic, int(p)))
             self._assign(owned)
+
+    def _await_assignment(self, part: SetPartitioner | BrokerGroupMembership, wait: float) -> None:
+        """Wait up to ``wait`` s for the group to give this member its partitions, or until ``wakeup()``."""
+        until = time.monotonic() + wait
+        while part.allocating and not self._woken:
+            left = until - time.monotonic()
+            if left <= 0:
+                return
+            part.wait_for_acquire(timeout=min(left, WAKEUP_CHECK_S))
 
     def _check_membership(self, part: SetPartitioner | BrokerGroupMembership) -> None:
         if part.failed:
@@ -335,6 +346,7 @@ class Consumer:
                     return out
                 continue
             if delivery is _WAKEUP:
+                self._woken = False
                 return out
             if batch is not None:
                 delivery.session.taken(batch)
@@ -365,7 +377,12 @@ class Consumer:
     def wakeup(self) -> None:
         """Make a waiting ``poll_batches`` (or the next one) return at once with what it has
         (Kafka's ``wakeup()``); safe to call from another thread or a signal handler."""
+        self._woken = True  # ends a wait for partitions too
         self._results.put((_WAKEUP, None))  # SimpleQueue.put is reentrant
+
+    def _membership_changed(self) -> None:
+        """The group's assignment changed: a poll waiting for records looks at it at once."""
+        self._results.put((_WAKEUP, None))
 
     def _close_sessions(self) -> list[FetchSession]:
         """End every open fetch (what they read is dropped); partitions wait for new ones."""
