@@ -55,7 +55,11 @@ class PartitionStateCache:
         read = self._read(topic, missing, self._changed)
         with self._lock:
             keep = self._cleared == cleared
-            for p, found in read.items():
+            for p in missing:
+                found = read.get(p)
+                if found is None:  # no state znode: no watch was set on it
+                    self._watched.pop(self._path_of(topic, p), None)
+                    continue
                 out[p] = found
                 if keep and self._dropped.get((topic, p), 0) == dropped[p]:
                     self._states[(topic, p)] = found
