@@ -176,6 +176,15 @@ class InvalidPartitions(InvalidRequest):
     code = "INVALID_PARTITIONS"
 
 
+class FetchSessionInvalid(SparklogError):
+    """A follower's replica fetch named a fetch session the leader does not hold at that epoch
+    (Kafka's ``FETCH_SESSION_ID_NOT_FOUND`` / ``INVALID_FETCH_SESSION_EPOCH``): the leader restarted
+    or dropped it, or an answer was lost. The follower opens a new session with a full request."""
+
+    code = "INVALID_FETCH_SESSION"
+    retriable = True
+
+
 class PolicyViolation(InvalidRequest):
     """The request breaks a rule of the cluster (an internal topic with settings sparklog did not give it)."""
 

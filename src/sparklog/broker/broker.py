@@ -37,6 +37,7 @@ from sparklog.broker.listeners import open_listeners
 from sparklog.broker.log_manager import DEFAULT_PRODUCER_ID_EXPIRATION_MS, LogManager
 from sparklog.broker.partition import Partition
 from sparklog.broker.partition_state_cache import PartitionStateCache
+from sparklog.broker.replication.fetch_session import FULL_LOOK_S, FetchSessionCache
 from sparklog.broker.replication.fetcher_manager import ReplicaFetcherManager
 from sparklog.broker.replication.leader_endpoint import FlightLeaderEndPoint
 from sparklog.broker.replication.partition_changes import PartitionChanges
@@ -105,6 +106,9 @@ class Broker:
         self._watch_count = 0
         self.partitions: dict[TopicPartition, Partition] = {}
         self.changes = PartitionChanges()  # what a waiting replica fetch waits on
+        self.fetch_sessions = FetchSessionCache()  # the followers' fetch sessions with this broker
+        # how often a fetch session looks at its idle partitions (noting caught-up times)
+        self.full_look_s = min(FULL_LOOK_S, replica_lag_ms / 10_000)
         self.replication = ReplicaFetcherManager(broker_id, self._leader_endpoint, self.read_state, fetching=False)
         self._watched: set[TopicPartition] = set()  # partitions whose state znode is watched
         self._state_paths: dict[str, TopicPartition] = {}  # state znode path -> its partition

@@ -359,7 +359,12 @@ class BrokerServer(flight.FlightServerBase):
     def _replica_fetch(self, request: dict[str, Any], context: flight.ServerCallContext) -> flight.FlightDataStream:
         """A follower broker's fetch of every partition it follows here (``broker.replication``)."""
         response = ReplicaFetchResponse(
-            self.broker.leader_partition, self.broker.changes, lambda: self.stopping, context.is_cancelled
+            self.broker.leader_partition,
+            self.broker.changes,
+            lambda: self.stopping,
+            context.is_cancelled,
+            self.broker.fetch_sessions,
+            self.broker.full_look_s,
         )
         return flight.GeneratorStream(ENVELOPE, _guarded("a replica fetch", response.messages(request)))
 

@@ -9,8 +9,15 @@ Request (``do_get`` ticket, JSON)::
 ``o`` is the follower's log end (where it fetches from: the leader records it as the follower's
 position), ``e`` the leader epoch the follower follows, ``hw`` the high watermark it knows. The
 leader answers at once if any partition has records past ``o``, a high watermark other than ``hw``,
-or an error; otherwise it waits up to ``max_wait_ms`` for one to. An idle partition costs the
-leader a few dictionary updates per round and nothing on the wire.
+or an error; otherwise it waits up to ``max_wait_ms`` for one to.
+
+Fetch sessions (Kafka's KIP-227, :mod:`sparklog.broker.replication.fetch_session`): a request with
+``"session_id": S`` (a random id the follower picks, not 0) and ``"session_epoch": 0`` lists every
+partition and opens session S on the leader, which keeps the positions. The next requests count
+``session_epoch`` 1, 2, ... and list only the partitions added or whose position (``o``, ``e`` or
+``hw``) changed, plus ``"forget": [{"t", "p"}, ...]``, those no longer fetched. An idle partition
+then costs nothing per round on either side. A request without ``session_id`` is a full fetch with
+no session.
 
 Response: a stream of schema :data:`ENVELOPE` (partitions of different topics have different
 schemas, and a Flight stream has one): each message is one row holding one stored batch as an
@@ -68,13 +75,37 @@ class FetchPosition:
         return cls(item["t"], *values)
 
 
-def request(replica_id: int, positions: list[FetchPosition], max_wait_ms: int, max_bytes: int) -> dict[str, Any]:
+@dataclasses.dataclass(frozen=True)
+class SessionRef:
+    """The fetch session a request belongs to: its id, the request's epoch in it (0 opens it) and
+    the partitions it no longer fetches."""
+
+    session_id: int
+    epoch: int
+    forget: tuple[tuple[str, int], ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "session_id": self.session_id,
+            "session_epoch": self.epoch,
+            "forget": [{"t": topic, "p": partition} for topic, partition in self.forget],
+        }
+
+
+def request(
+    replica_id: int,
+    positions: list[FetchPosition],
+    max_wait_ms: int,
+    max_bytes: int,
+    session: SessionRef | None = None,
+) -> dict[str, Any]:
     return {
         "type": REPLICA_FETCH,
         "replica_id": replica_id,
         "max_wait_ms": max_wait_ms,
         "max_bytes": max_bytes,
         "partitions": [p.to_json() for p in positions],
+        **(session.to_json() if session is not None else {}),
     }
 
 

@@ -31,7 +31,7 @@ class ReplicaFetcherManager:
     def __init__(
         self,
         broker_id: int,
-        endpoint_for: Callable[[int], LeaderEndPoint],
+        endpoint_for: Callable[[int], LeaderEndPoint],  # a new endpoint (own fetch session) per fetcher
         reread_state: Callable[[str, int], None],
         fetchers_per_leader: int = DEFAULT_FETCHERS_PER_LEADER,
         fetching: bool = True,

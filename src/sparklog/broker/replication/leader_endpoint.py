@@ -15,6 +15,7 @@ from sparklog import wire
 from sparklog.broker.log.batch_codec import BatchHeader
 from sparklog.broker.replication import fetch_request
 from sparklog.broker.replication.fetch_request import FetchPosition
+from sparklog.broker.replication.fetch_session_handler import FetchSessionHandler
 from sparklog.errors import SparklogError, error_from_code
 
 FETCH_TIMEOUT_MARGIN_S = 5.0  # past max_wait_ms: a frozen leader must not hold the fetcher for long
@@ -34,7 +35,10 @@ class FetchedItem:
 
 
 class LeaderEndPoint(Protocol):
-    def fetch(self, positions: list[FetchPosition], max_wait_ms: int, max_bytes: int) -> Iterator[FetchedItem]: ...
+    def fetch(self, positions: list[FetchPosition], max_wait_ms: int, max_bytes: int) -> Iterator[FetchedItem]:
+        """One round: ``positions`` are every partition fetched from this leader this round (an
+        endpoint may send only what changed since its previous round: a fetch session)."""
+        ...
 
     def offsets_for_leader_epoch(
         self, topic: str, partition: int, epoch: int, leader_epoch: int
@@ -59,20 +63,31 @@ class FlightLeaderEndPoint:
         self.replica_id = replica_id
         self._client = client
         self._call_action = call_action
+        self._session = FetchSessionHandler()  # one fetcher uses one endpoint: one session
 
     def fetch(self, positions: list[FetchPosition], max_wait_ms: int, max_bytes: int) -> Iterator[FetchedItem]:
-        ticket = flight.Ticket(wire.encode(fetch_request.request(self.replica_id, positions, max_wait_ms, max_bytes)))
+        """Fetch ``positions`` (every partition fetched from this leader this round) in this
+        endpoint's fetch session: the request lists only what changed since the previous one."""
+        listed, session = self._session.build(positions)
+        body = fetch_request.request(self.replica_id, listed, max_wait_ms, max_bytes, session)
         options = flight.FlightCallOptions(timeout=max_wait_ms / 1000 + FETCH_TIMEOUT_MARGIN_S)
+        answered = False
         try:
-            reader = self._client().do_get(ticket, options)
+            reader = self._client().do_get(flight.Ticket(wire.encode(body)), options)
             while True:
                 try:
                     chunk = reader.read_chunk()
                 except StopIteration:
+                    answered = True
                     return
                 yield _item(chunk)
         except flight.FlightError as exc:
             raise wire.from_flight_error(exc, f"leader {self.leader_id}") from None
+        finally:  # also when the fetcher stops reading the answer half-way
+            if answered:
+                self._session.answered()
+            else:
+                self._session.reset()
 
     def offsets_for_leader_epoch(
         self, topic: str, partition: int, epoch: int, leader_epoch: int

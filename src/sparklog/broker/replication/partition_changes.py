@@ -56,6 +56,12 @@ class PartitionChanges:
         for waiter in waiters:
             waiter.woken.set()
 
+    def changed_since(self, since: int) -> tuple[int, set[TopicPartition] | None]:
+        """The version now and the partitions changed after version ``since`` (None: too many to
+        tell, look at all)."""
+        with self._lock:
+            return self._since(since)
+
     def _since(self, since: int) -> tuple[int, set[TopicPartition] | None]:
         """(Under the lock.) The version now and the partitions changed after ``since`` (None: too
         many to tell)."""
