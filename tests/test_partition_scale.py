@@ -113,7 +113,7 @@ def test_a_producer_runs_the_same_threads_for_300_partitions_as_for_3(cluster: C
             producer.flush()
             assert len({f.result().partition for f in futures}) == partitions
             counts[topic] = producer.threads()
-    assert counts["wide"] <= 2 + 4 * 3, counts  # linger + sender + at most 4 streams to each of 3 brokers
+    assert counts["wide"] <= 2 + 2 * 3, counts  # linger + sender + one stream (two threads) to each of 3 brokers
     print(f"producer threads: {counts}")
 
 

@@ -40,13 +40,12 @@ class FakeLeaders:
 class FakeStream:
     def __init__(self, broker: BrokerInfo, answers: Callable[[ProduceRequest, Outcome], None], log: Any) -> None:
         self.broker = broker
-        self.busy: ProduceRequest | None = None
+        self.in_flight = 0
         self.closed = False
         self._answers = answers
         self._log = log
 
     def submit(self, request: ProduceRequest) -> None:
-        self.busy = request
         self._log.sent(self, request)
 
     def answer(self, request: ProduceRequest, outcome: Outcome) -> None:
@@ -307,3 +306,50 @@ def test_a_batch_never_sent_fails_with_the_delivery_timeout(setup: Any) -> None:
     outcomes.wait("waits", timeout=10)
     error = outcomes.done["waits"]
     assert isinstance(error, RequestTimedOut) and "before sending" in str(error)
+
+
+def test_requests_to_one_broker_share_one_stream_up_to_max_in_flight(setup: Any) -> None:
+    """Up to ``max_in_flight`` requests travel on one stream to a broker (pipelined: the broker
+    answers them in order); the next waits for an answer."""
+    leaders, brokers, outcomes, make = setup
+    leaders.leaders.update({("t", p): 1 for p in range(3, 6)})
+    sender = make(max_in_flight=2)
+    sender.enqueue("t", 0, [outcomes.batch("t", 0, "a")])
+    brokers.wait_requests(1)
+    sender.enqueue("t", 2, [outcomes.batch("t", 2, "c")])
+    sender.enqueue("t", 3, [outcomes.batch("t", 3, "d")])
+    (stream, first), (stream_b, second) = brokers.wait_requests(2)
+    assert stream_b is stream and len(brokers.streams) == 1
+    time.sleep(0.2)
+    assert len(brokers.requests) == 2, "a third request while two are in flight"
+    stream.answer(first, ok(first))
+    (_, _), (_, _), (stream_c, third) = brokers.wait_requests(3)
+    assert stream_c is stream and [b.partition for b in third.batches] == [3]
+    stream.answer(second, ok(second, 10))
+    stream.answer(third, ok(third, 20))
+    outcomes.wait("a", "c", "d")
+    assert (outcomes.done["a"], outcomes.done["c"], outcomes.done["d"]) == ([0, 1], [10, 11], [20, 21])
+
+
+def test_a_timed_out_request_takes_the_other_requests_of_its_stream_along(setup: Any) -> None:
+    """When one request on a stream times out the stream is abandoned: the other requests on it go
+    again at once on a new stream (same producer ids and sequences), not at their own deadlines."""
+    leaders, brokers, outcomes, make = setup
+    sender = make(max_in_flight=2, request_timeout_s=2.0)
+    sender.enqueue("t", 0, [outcomes.batch("t", 0, "a")])
+    brokers.wait_requests(1)
+    time.sleep(1.5)  # the second request's deadline is 1.5 s after the first's
+    sender.enqueue("t", 2, [outcomes.batch("t", 2, "c")])
+    (stream, first), (_, second) = brokers.wait_requests(2)
+    (_, _), (_, _), (stream2, again) = brokers.wait_requests(3)  # both again, when the first timed out
+    assert time.monotonic() < second.deadline, "the second went again only at its own deadline"
+    assert stream.closed and stream2 is not stream
+    resent = {b.partition: (b.sequence, b.producer_id) for b in again.batches}
+    assert resent == {
+        0: (first.batches[0].sequence, first.batches[0].producer_id),
+        2: (second.batches[0].sequence, second.batches[0].producer_id),
+    }
+    answers = {0: {"b": 30, "l": 31}, 2: {"b": 40, "l": 41}}
+    stream2.answer(again, [answers[b.partition] for b in again.batches])
+    outcomes.wait("a", "c")
+    assert outcomes.done["c"] == [40, 41]

@@ -8,9 +8,11 @@ batch, in order: offsets, or the error of that batch alone (a partition led else
 replicas, a refused batch), so one partition's trouble never fails the others. The wire is in
 :mod:`sparklog.wire`.
 
-Every batch of a request is appended as it arrives; with ``acks=all`` the broker then waits (one
-deadline for the whole request) until the high watermark covers each appended batch, so the
-request's partitions replicate together instead of one after the other.
+Every batch of a request is appended as it arrives; with ``acks=all`` the request's answer waits
+(one deadline for the whole request) until the high watermark covers each appended batch, so the
+request's partitions replicate together instead of one after the other, and it waits on the
+stream's answer thread (:mod:`sparklog.broker.produce_answers`) while the next requests of the
+stream are read and appended: a producer pipelines its requests to a broker on one stream.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ import pyarrow.flight as flight
 from sparklog import wire
 from sparklog.broker.log.batch_validation import check_produced
 from sparklog.broker.partition import ACK_TIMEOUT_S, Partition
+from sparklog.broker.produce_answers import PipelinedAnswers
 from sparklog.broker.typed_values import conform_produced
 from sparklog.errors import InvalidRecord, InvalidRequest, NotLeader, SparklogError
 from sparklog.names import check_topic_name
@@ -84,6 +87,11 @@ class _Appended(NamedTuple):
     leader_epoch: int  # the epoch it was appended in: acknowledged only while still leading in it
 
 
+class _Request(NamedTuple):
+    pending: list[_Appended | SparklogError]  # each batch appended, or its error
+    throttled_s: float  # how long the request waited for its producer's quota
+
+
 def _int_field(meta: dict[str, Any], name: str, default: int | None = None) -> int:
     value = meta.get(name, default)
     if not wire.is_int64(value):
@@ -122,6 +130,24 @@ class ProduceRequestStream:
         while the producer is over its byte rate (client quotas), returning the seconds it waited;
         called with each request's bytes before its answer, which then says ``"throttle_ms"``."""
         self._may_write = may_write
+        answers = None
+        if self.acks == "all":  # answered by their own thread, in order, while the next ones append
+            answers = PipelinedAnswers(self._answer, writer.write, "sparklog-produce-answers")
+        failed_stream = True
+        try:
+            self._serve(reader, writer, throttled, answers)
+            failed_stream = False
+        finally:
+            if answers is not None:
+                answers.close(abandon=failed_stream)
+
+    def _serve(
+        self,
+        reader: flight.MetadataRecordBatchReader,
+        writer: flight.FlightMetadataWriter,
+        throttled: Callable[[int], float],
+        answers: PipelinedAnswers | None,
+    ) -> None:
         pending: list[_Appended | SparklogError] = []
         size = 0
         failed: dict[tuple[str, str], SparklogError] = {}  # a partition's first failed batch in the request
@@ -141,13 +167,19 @@ class ProduceRequestStream:
                     pending.append(exc)
                     failed[tp] = exc
             if meta.get("end") is True:
-                waited = throttled(size)
-                if self.acks != "0":
-                    answer: dict[str, Any] = {"r": self._results(pending)}
-                    if waited > 0:
-                        answer["throttle_ms"] = max(1, round(waited * 1000))
-                    writer.write(pa.py_buffer(wire.encode(answer)))
+                request = _Request(pending, throttled(size))
+                if answers is not None:
+                    answers.put(request)
+                elif self.acks != "0":
+                    writer.write(self._answer(request))
                 pending, failed, size = [], {}, 0
+
+    def _answer(self, request: _Request) -> pa.Buffer:
+        """A request's answer (with ``acks=all`` once the high watermark covers its batches)."""
+        answer: dict[str, Any] = {"r": self._results(request.pending)}
+        if request.throttled_s > 0:
+            answer["throttle_ms"] = max(1, round(request.throttled_s * 1000))
+        return pa.py_buffer(wire.encode(answer))
 
     def _append(self, batch: pa.RecordBatch, meta: dict[str, Any]) -> _Appended:
         if self.stopping():

@@ -1,14 +1,18 @@
-"""An open multi-partition produce stream to one broker, driven by its own thread.
+"""An open multi-partition produce stream to one broker, carrying up to the sender's
+``max_in_flight`` requests at once (Kafka's ``max.in.flight.requests.per.connection``), driven by
+two threads of its own: one writes requests, one reads answers.
 
 Flight cannot cancel a ``do_put`` from the client side, and a write or an ack read on a frozen
-broker blocks until that broker answers. So the stream's calls run on its thread and the sender
+broker blocks until that broker answers. So the stream's calls run on its threads and the sender
 never waits on them: it hands a request over, and the outcome comes back through the sender's
-queue. A stream whose request timed out is abandoned (its thread closes it whenever the broker
-answers or the connection dies, and its late outcome is dropped).
+queue. A stream whose request timed out is abandoned (its threads close it whenever the broker
+answers or the connection dies, and its late outcomes are dropped).
 """
 
 from __future__ import annotations
 
+import collections
+import contextlib
 import queue
 import threading
 import time
@@ -44,8 +48,11 @@ class ProduceRequest:
 
 class BrokerProduceStream:
     """One ``produce_many`` stream to a broker for values of one Arrow type (a Flight stream has one
-    schema; every plain topic shares it). ``completed(request, outcome)`` is called on the stream's
-    thread when a request has its answer."""
+    schema; every plain topic shares it), carrying several requests at once: its writer thread
+    writes each request as it is submitted, its reader thread matches the broker's answers (in
+    order) to them. ``completed(request, outcome)`` is called on one of those threads when a request
+    has its answer; once the stream broke, every request on it (and any submitted later) completes
+    with the error."""
 
     def __init__(
         self,
@@ -57,7 +64,7 @@ class BrokerProduceStream:
     ) -> None:
         self.broker = broker
         self.acks = acks
-        self.busy: ProduceRequest | None = None  # the request in flight (the sender's bookkeeping)
+        self.in_flight = 0  # requests submitted and not answered (the sender's bookkeeping)
         self._client = client
         self._schema = wire_schema(value_type)
         self._descriptor = flight.FlightDescriptor.for_command(wire.encode({"type": wire.PRODUCE_MANY, "acks": acks}))
@@ -65,28 +72,48 @@ class BrokerProduceStream:
         self._writer: Any = None
         self._reader: Any = None
         self._requests: queue.SimpleQueue[ProduceRequest | None] = queue.SimpleQueue()
+        self._lock = threading.Lock()  # the requests awaiting answers, whether the stream broke
+        self._call_lock = threading.Lock()  # writes and closing the call (two threads use it)
+        self._awaiting: collections.deque[ProduceRequest] = collections.deque()  # written, not answered
+        self._broken: BaseException | None = None
+        self._answers_thread: threading.Thread | None = None
         name = f"sparklog-produce-{broker.broker_id}"
-        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._thread = threading.Thread(target=self._run_writes, name=name, daemon=True)
         self._thread.start()
 
     def submit(self, request: ProduceRequest) -> None:
-        self.busy = request
         self._requests.put(request)
 
-    def _run(self) -> None:
+    # ----------------------------------------------------------------- the writer thread
+    def _run_writes(self) -> None:
         while (request := self._requests.get()) is not None:
+            with self._lock:
+                broken = self._broken
+                if broken is None:
+                    self._awaiting.append(request)
+            if broken is not None:
+                self._completed(request, broken)
+                continue
             try:
-                outcome: Outcome = self._send_now(request.batches)
+                self._write(request.batches)
             except flight.FlightError as exc:
-                outcome = wire.from_flight_error(exc, f"{self.broker.broker_id}")
+                self._break(wire.from_flight_error(exc, f"broker {self.broker.broker_id}"))
             except BaseException as exc:  # handed to the sender
-                outcome = exc
-            self._completed(request, outcome)
-        self._close_now()
+                self._break(exc)
+            else:
+                if self.acks == "0":  # no answer comes
+                    with self._lock:
+                        self._awaiting.remove(request)
+                    self._completed(request, [{"b": -1, "l": -1}] * len(request.batches))
+        self._finish_writing()
 
-    def _send_now(self, batches: Sequence[ProduceBatch]) -> list[BatchResult]:
+    def _write(self, batches: Sequence[ProduceBatch]) -> None:
         if self._writer is None:
             self._writer, self._reader = self._client.do_put(self._descriptor, self._schema)
+            if self.acks != "0":
+                name = f"sparklog-produce-answers-{self.broker.broker_id}"
+                self._answers_thread = threading.Thread(target=self._run_reads, name=name, daemon=True)
+                self._answers_thread.start()
         last = len(batches) - 1
         for i, batch in enumerate(batches):
             meta: dict[str, Any] = {"t": batch.topic, "p": batch.partition, "pid": batch.producer_id}
@@ -95,34 +122,74 @@ class BrokerProduceStream:
                 meta["sv"] = batch.value_schema.version
             if i == last:
                 meta["end"] = True
-            self._writer.write_with_metadata(batch.batch, pa.py_buffer(wire.encode(meta)))
-        if self.acks == "0":
-            return [{"b": -1, "l": -1}] * len(batches)
-        ack = self._reader.read()
-        if ack is None:  # the broker ended the stream: its error comes with closing our side
-            try:
-                self._writer.close()
-            except flight.FlightError as exc:
-                raise wire.from_flight_error(exc, f"broker {self.broker.broker_id}") from None
-            raise BrokerNotAvailable(f"broker {self.broker.broker_id} closed the produce stream without an ack")
-        results = wire.decode(ack).get("r")
-        if not isinstance(results, list) or len(results) != len(batches):
-            raise BrokerNotAvailable(f"broker {self.broker.broker_id} answered a produce request it was not sent")
-        return results
+            with self._call_lock:  # not while the reader thread closes the call
+                self._writer.write_with_metadata(batch.batch, pa.py_buffer(wire.encode(meta)))
 
-    def _close_now(self) -> None:
+    def _finish_writing(self) -> None:
+        """(Closing.) Half-close the stream: the broker answers what it was sent, then ends it (the
+        reader thread sees that and closes the call); without a reader, close it here."""
         if self._writer is None:
             return
-        try:
+        with self._call_lock, contextlib.suppress(flight.FlightError, pa.ArrowException, OSError):
             self._writer.done_writing()
-            self._writer.close()
-        except (flight.FlightError, pa.ArrowException, OSError):
-            pass
+        if self._answers_thread is None:
+            self._close_call()
 
+    # ----------------------------------------------------------------- the reader thread
+    def _run_reads(self) -> None:
+        error: BaseException | None = None
+        try:
+            while (ack := self._reader.read()) is not None:
+                results = wire.decode(ack).get("r")
+                with self._lock:
+                    request = self._awaiting[0] if self._awaiting else None
+                    if request is None or not isinstance(results, list) or len(results) != len(request.batches):
+                        raise BrokerNotAvailable(
+                            f"broker {self.broker.broker_id} answered a produce request it was not sent"
+                        )
+                    self._awaiting.popleft()
+                self._completed(request, results)
+        except flight.FlightError as exc:
+            error = wire.from_flight_error(exc, f"broker {self.broker.broker_id}")
+        except BaseException as exc:
+            error = exc
+        # the broker ended the stream (its error comes with closing the call), or reading failed
+        closed_with = self._close_call()
+        self._break(error or closed_with or self._ended_early())
+
+    def _ended_early(self) -> BaseException:
+        return BrokerNotAvailable(f"broker {self.broker.broker_id} closed the produce stream without an ack")
+
+    def _close_call(self) -> BaseException | None:
+        """Close the call; the error it ended with, if any."""
+        try:
+            with self._call_lock:
+                self._writer.close()
+        except flight.FlightError as exc:
+            return wire.from_flight_error(exc, f"broker {self.broker.broker_id}")
+        except (pa.ArrowException, OSError) as exc:
+            return BrokerNotAvailable(f"broker {self.broker.broker_id}: {exc}")
+        return None
+
+    def _break(self, error: BaseException) -> None:
+        """Every request written and not answered fails with ``error``, and so does any later one."""
+        with self._lock:
+            if self._broken is None:
+                self._broken = error
+            failed = list(self._awaiting)
+            self._awaiting.clear()
+        for request in failed:
+            self._completed(request, error)
+
+    # ----------------------------------------------------------------- the sender's calls
     def close(self) -> None:
-        """End the stream once its current request is answered (``join`` waits for that)."""
+        """End the stream once the requests submitted are answered (``join`` waits for that)."""
         self._requests.put(None)
 
     def join(self, wait_s: float) -> None:
-        if wait_s > 0:
-            self._thread.join(wait_s)
+        if wait_s <= 0:
+            return
+        deadline = time.monotonic() + wait_s
+        self._thread.join(wait_s)
+        if self._answers_thread is not None:
+            self._answers_thread.join(max(0.0, deadline - time.monotonic()))

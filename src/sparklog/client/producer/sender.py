@@ -1,17 +1,20 @@
-"""The producer's sender: one thread that sends every partition's batches to its leader, a request
-per broker at a time (Kafka's ``Sender`` draining its ``RecordAccumulator``).
+"""The producer's sender: one thread that sends every partition's batches to its leader, on one
+stream per broker carrying up to ``max_in_flight`` requests at once (Kafka's ``Sender`` draining its
+``RecordAccumulator``).
 
 Each round it looks at the partitions with batches waiting and not in flight, finds their leaders
 (cached; looked up again after a ``NotLeader`` or an unreachable broker), and for each broker whose
-stream is free sends one request holding the waiting batches of all the partitions that broker
-leads (up to ``max_request_bytes``; small batches queued for one partition are joined first). The
+stream has room sends requests holding the waiting batches of the partitions that broker leads (up
+to ``max_request_bytes`` each; small batches queued for one partition are joined first). A
+partition has at most one request in flight, so its batches stay in order. The
 answer carries a result per batch: acknowledged batches resolve their rows; a partition whose batch
 failed with a retriable error gets its batches back at the front of its queue, to go again (same
 producer id and sequences) after a backoff, until their delivery timeout; any other error fails
 that batch alone. A request unanswered within ``request_timeout_s`` (or its batches' delivery
-timeout) is given up on with its stream, and its batches go again on a new one.
+timeout) is given up on with its stream, and its batches, and those of every other request on that
+stream, go again on a new one.
 
-Threads: this one, plus one per open broker stream (:mod:`broker_stream`), whatever the number of
+Threads: this one, plus two per open broker stream (:mod:`broker_stream`), whatever the number of
 partitions.
 """
 
@@ -40,9 +43,9 @@ from sparklog.errors import (
 )
 
 MAX_REQUEST_BYTES = 8 << 20
-MAX_IN_FLIGHT = 4  # requests on their way to one broker at once (Kafka: max.in.flight.requests.per.connection)
+MAX_IN_FLIGHT = 4  # requests on one broker's stream at once (Kafka: max.in.flight.requests.per.connection)
 TopicPartition = tuple[str, int]
-StreamKey = tuple[int, pa.DataType, int]  # broker id, value type, which of the broker's streams
+StreamKey = tuple[int, pa.DataType]  # broker id, value type
 
 
 class Leaders(Protocol):
@@ -54,11 +57,11 @@ class Leaders(Protocol):
 
 
 class ProduceStream(Protocol):
-    """An open stream to a broker that answers one request at a time (:class:`BrokerProduceStream`,
+    """An open stream to a broker that answers its requests in order (:class:`BrokerProduceStream`,
     or a fake in tests)."""
 
     broker: BrokerInfo
-    busy: ProduceRequest | None
+    in_flight: int  # requests submitted and not answered (kept by the sender)
 
     def submit(self, request: ProduceRequest) -> None: ...
 
@@ -138,8 +141,8 @@ class Sender:
         self._streams.clear()
 
     def threads(self) -> int:
-        """Threads the sender runs now (its own and one per open stream)."""
-        return 1 + len(self._streams)
+        """Threads the sender runs now (its own and two per open stream)."""
+        return 1 + 2 * len(self._streams)
 
     # ----------------------------------------------------------------- the sender's thread
     def _run(self) -> None:
@@ -184,7 +187,7 @@ class Sender:
         next_at = math.inf
         with self._lock:
             ready = [self._queues[tp] for tp in self._ready]
-        by_broker: dict[tuple[int, pa.DataType], tuple[BrokerInfo, list[PartitionQueue]]] = {}
+        by_broker: dict[StreamKey, tuple[BrokerInfo, list[PartitionQueue]]] = {}
         for q in ready:
             if q.retry_at > now:
                 next_at = min(next_at, q.retry_at)
@@ -203,31 +206,28 @@ class Sender:
                 continue
             q.refresh_leader = False
             by_broker.setdefault((broker.broker_id, head.value_type), (broker, []))[1].append(q)
-        for (broker_id, value_type), (broker, queues) in by_broker.items():
-            for slot in range(self.max_in_flight):
-                if not queues:
-                    break
-                key = (broker_id, value_type, slot)
-                stream = self._streams.get(key)
-                if stream is not None and stream.busy is not None and stream.broker == broker:
-                    continue  # its answer wakes this thread
-                if stream is None or stream.broker != broker:
-                    if stream is not None:
-                        self._drop_stream(stream, forget=False)
-                    try:  # connecting may fail: refused credentials, an unreachable broker
-                        stream = self.open_stream(broker, value_type, self._answer_from_stream)
-                    except Exception as exc:
-                        for q in queues:
-                            next_at = min(next_at, self._cannot_send(q, now, exc, "connecting failed"))
-                        break
-                    self._streams[key] = stream
+        for key, (broker, queues) in by_broker.items():
+            stream = self._streams.get(key)
+            if stream is not None and stream.broker != broker:  # the broker moved: a new stream
+                self._drop_stream(stream, forget=False)
+                stream = None
+            if stream is None:
+                try:  # connecting may fail: refused credentials, an unreachable broker
+                    stream = self.open_stream(broker, key[1], self._answer_from_stream)
+                except Exception as exc:
+                    for q in queues:
+                        next_at = min(next_at, self._cannot_send(q, now, exc, "connecting failed"))
+                    continue
+                self._streams[key] = stream
+            while queues and stream.in_flight < self.max_in_flight:  # else an answer wakes this thread
                 with self._lock:
-                    batches, queues = self._drain(queues, value_type)
+                    batches, queues = self._drain(queues, key[1])
                 if not batches:
                     break
                 left = min(b.deadline for b in batches) - now
                 request = ProduceRequest(stream, batches, now + max(0.0, min(self.request_timeout_s, left)))
                 self._in_flight[request] = None
+                stream.in_flight += 1
                 stream.submit(request)
         return next_at
 
@@ -284,11 +284,14 @@ class Sender:
             return  # given up on already (timed out): its batches went again
         del self._in_flight[request]
         stream = request.stream
-        stream.busy = None
+        stream.in_flight -= 1
         by_partition: dict[TopicPartition, list[tuple[ProduceBatch, BaseException | int]]] = {}
         if isinstance(outcome, BaseException):
             error = outcome if isinstance(outcome, SparklogError) else UnknownServerError(repr(outcome))
-            self._drop_stream(stream, forget=isinstance(error, BrokerNotAvailable))
+            if self._drop_stream(stream, forget=isinstance(error, BrokerNotAvailable)):
+                # the other requests on it go again on a new stream now, not at their deadlines
+                for other in [r for r in self._in_flight if r.stream is stream]:
+                    self._answered(other, BrokerNotAvailable(f"abandoned with its stream: {error}"), now)
             for batch in request.batches:
                 by_partition.setdefault((batch.topic, batch.partition), []).append((batch, error))
         else:
@@ -352,10 +355,15 @@ class Sender:
         q.new_producer_id()
         self._ready.pop((q.topic, q.partition), None)
 
-    def _drop_stream(self, stream: ProduceStream, forget: bool) -> None:
+    def _drop_stream(self, stream: ProduceStream, forget: bool) -> bool:
+        """Stop using ``stream`` (True if it was still in use)."""
+        dropped = False
         for key, open_stream in list(self._streams.items()):
             if open_stream is stream:
                 del self._streams[key]
-        stream.close()
+                dropped = True
+        if dropped:
+            stream.close()
         if forget:
             self.leaders.forget(stream.broker)
+        return dropped
