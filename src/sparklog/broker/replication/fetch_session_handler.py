@@ -29,10 +29,6 @@ class FetchSessionHandler:
         self._epoch = 0
         self._sent: dict[TopicPartition, FetchPosition] = {}  # what the leader holds for the session
 
-    @property
-    def session_id(self) -> int:
-        return self._session_id
-
     def build(self, positions: list[FetchPosition]) -> tuple[list[FetchPosition], SessionRef]:
         """The positions to list and the session part of the next request, for fetching
         ``positions`` (every partition fetched from this leader this round)."""

@@ -25,7 +25,7 @@ import pyarrow.flight as flight
 from sparklog import wire
 from sparklog.client.producer.produce_batch import ProduceBatch
 from sparklog.coordination.cluster import BrokerInfo
-from sparklog.errors import BrokerNotAvailable
+from sparklog.errors import BrokerNotAvailable, SparklogError
 from sparklog.records import wire_schema
 
 # a request's answer: per batch (base offset, last offset) or (error code, message); or the
@@ -97,7 +97,7 @@ class BrokerProduceStream:
             try:
                 self._write(request.batches)
             except flight.FlightError as exc:
-                self._break(wire.from_flight_error(exc, f"broker {self.broker.broker_id}"))
+                self._break(self._flight_error(exc))
             except BaseException as exc:  # handed to the sender
                 self._break(exc)
             else:
@@ -150,12 +150,15 @@ class BrokerProduceStream:
                     self._awaiting.popleft()
                 self._completed(request, results)
         except flight.FlightError as exc:
-            error = wire.from_flight_error(exc, f"broker {self.broker.broker_id}")
+            error = self._flight_error(exc)
         except BaseException as exc:
             error = exc
         # the broker ended the stream (its error comes with closing the call), or reading failed
         closed_with = self._close_call()
         self._break(error or closed_with or self._ended_early())
+
+    def _flight_error(self, exc: flight.FlightError) -> SparklogError:
+        return wire.from_flight_error(exc, f"broker {self.broker.broker_id}")
 
     def _ended_early(self) -> BaseException:
         return BrokerNotAvailable(f"broker {self.broker.broker_id} closed the produce stream without an ack")
@@ -166,7 +169,7 @@ class BrokerProduceStream:
             with self._call_lock:
                 self._writer.close()
         except flight.FlightError as exc:
-            return wire.from_flight_error(exc, f"broker {self.broker.broker_id}")
+            return self._flight_error(exc)
         except (pa.ArrowException, OSError) as exc:
             return BrokerNotAvailable(f"broker {self.broker.broker_id}: {exc}")
         return None
