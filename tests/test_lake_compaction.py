@@ -4,6 +4,7 @@ rewrite racing other commits: never two copies of a row."""
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import numpy as np
@@ -54,11 +55,37 @@ def test_a_run_is_cut_at_the_target_size_but_takes_two_files_at_least() -> None:
     assert compaction_span(files(3, 3, 3), min_files=2, target_bytes=8) == (0, 19)  # two, even past it
 
 
+def aged(modified: list[int], *sizes: int) -> list[DataFile]:
+    return [dataclasses.replace(f, modified_ms=m) for f, m in zip(files(*sizes), modified, strict=True)]
+
+
+def test_old_small_files_are_due_however_few() -> None:
+    now, lag = 1_000_000, 60_000
+    old, young = now - lag - 1, now - lag + 1
+    three_old = aged([old, old, old], 1, 1, 1)
+    assert compaction_span(three_old, min_files=8) is None  # by count alone: too few
+    assert compaction_span(three_old, min_files=8, lag_ms=lag, now_ms=now) == (0, 29)
+    assert compaction_span(three_old, min_files=8, lag_ms=-1, now_ms=now) is None  # -1: by count only
+    assert compaction_span(three_old, min_files=0, lag_ms=lag, now_ms=now) is None  # compaction off
+    # young files wait; a single old file is never rewritten alone
+    assert compaction_span(aged([old, young, young], 1, 1, 1), min_files=8, lag_ms=lag, now_ms=now) is None
+    assert compaction_span(aged([young, old, old], 1, 1, 1), min_files=8, lag_ms=lag, now_ms=now) == (10, 29)
+    # a large file still breaks a run; the earliest run of old ones first
+    big = 100 * MB
+    sizes = (1, big, 1, 1, 1)
+    assert compaction_span(aged([old] * 5, *sizes), min_files=8, lag_ms=lag, now_ms=now) == (20, 49)
+    assert compaction_span(aged([old, old, old, old, young], 1, 1, big, 1, 1), 8, lag_ms=lag, now_ms=now) == (0, 19)
+
+
 def test_the_topic_config() -> None:
     assert TopicConfig().lake_compaction_min_files == 8
     assert TopicConfig.from_dict({"lake.compaction.min.files": "0"}).lake_compaction_min_files == 0
     with pytest.raises(InvalidConfig, match="lake.compaction.min.files must be >= 0"):
         TopicConfig.from_dict({"lake.compaction.min.files": "-1"})
+    assert TopicConfig().lake_compaction_lag_ms == 600_000
+    assert TopicConfig.from_dict({"lake.compaction.lag.ms": "-1"}).lake_compaction_lag_ms == -1
+    with pytest.raises(InvalidConfig, match="lake.compaction.lag.ms must be >= -1"):
+        TopicConfig.from_dict({"lake.compaction.lag.ms": "-2"})
 
 
 # ---------------------------------------------------------------------------------------- the rewrite
@@ -113,6 +140,35 @@ def test_the_tierer_compacts_small_files_without_changing_a_row(tmp_path: Path) 
             got += batch.column("offset").to_pylist()
             at = got[-1] + 1
     assert got == list(range(closed))
+    log.close()
+
+
+def test_a_quiet_partitions_few_small_files_are_compacted_after_the_lag(tmp_path: Path) -> None:
+    log = filled_log(tmp_path / "log", batches=4)  # 3 closed segments of 3 records
+    source, offsets = LogSource(log), FakeOffsets()
+    source.min_files = 8  # never reached by 3 files
+    now = [0.0]
+    lake = tmp_path / "lake"
+    tierer = Tierer(DeltaTableWriter(str(lake)), offsets, clock=lambda: now[0], max_commit_bytes=1)
+    source.lag_ms = 3_600_000
+    while tierer.run_once([source]):
+        pass
+    closed = log.segments[-1].base_offset
+    assert len(partition_files(lake)) == 3
+    # quiet, but not for the lag yet (the files are younger than it, too): left alone
+    now[0] += 60
+    tierer.run_once([source])
+    assert len(partition_files(lake)) == 3
+    # the lag passed since the last commit and the files are older than it: one file, same rows
+    source.lag_ms = 0
+    now[0] += 3600
+    tierer.run_once([source])
+    assert len(partition_files(lake)) == 1
+    assert_files_hold_contiguous_sorted_ranges(lake, closed)
+    version = DeltaTable(str(lake / TOPIC)).version()
+    now[0] += 3600
+    tierer.run_once([source])  # once only: not again before the next commit
+    assert DeltaTable(str(lake / TOPIC)).version() == version
     log.close()
 
 

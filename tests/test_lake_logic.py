@@ -133,6 +133,7 @@ class LogSource:
         self.hw = log.log_end_offset
         self.schemas: list[ValueSchema] = []  # a typed topic's versions
         self.min_files = 0  # lake.compaction.min.files: off unless a test sets it
+        self.lag_ms = -1  # lake.compaction.lag.ms: by count only unless a test sets it
 
     def leader_epoch(self) -> int | None:
         return self.epoch
@@ -160,6 +161,9 @@ class LogSource:
 
     def compaction_min_files(self) -> int:
         return self.min_files
+
+    def compaction_lag_ms(self) -> int:
+        return self.lag_ms
 
 
 def filled_log(directory: Path, batches: int = 6, per_batch: int = 3) -> PartitionLog:

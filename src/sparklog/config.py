@@ -33,7 +33,10 @@ class TopicConfig:
     the brokers' disks once they are in the table; ``-2`` (the default) means "as ``retention.ms`` /
     ``retention.bytes``". Without ``lake.enabled`` they do nothing.
     ``lake.compaction.min.files``: a partition's leader rewrites a run of that many consecutive small
-    files of the table as one (:mod:`sparklog.broker.lake.compaction`); 0 turns it off.
+    files of the table as one (:mod:`sparklog.broker.lake.compaction`); 0 turns compaction off.
+    ``lake.compaction.lag.ms``: once nothing has been tiered into a partition for this long, its
+    runs of two or more small files written longer ago than this are rewritten too, however few
+    (so a quiet partition's history ends up in few files); -1: by ``lake.compaction.min.files`` only.
 
     ``segment.ms`` is at least 1000: every roll starts a segment (three files and a memory map), so a
     tiny value turns a busy topic into one segment per append, churning files for nothing.
@@ -70,6 +73,7 @@ class TopicConfig:
     local_retention_ms: int = LOCAL_AS_TOTAL
     local_retention_bytes: int = LOCAL_AS_TOTAL
     lake_compaction_min_files: int = 8
+    lake_compaction_lag_ms: int = 600_000
 
     def __post_init__(self) -> None:
         _check_choice("cleanup.policy", self.cleanup_policy, CLEANUP_POLICIES)
@@ -91,6 +95,7 @@ class TopicConfig:
             ("message.timestamp.before.max.ms", 0),
             ("message.timestamp.after.max.ms", 0),
             ("lake.compaction.min.files", 0),
+            ("lake.compaction.lag.ms", -1),
         ):
             value = getattr(self, _attr(name))
             if value < low:

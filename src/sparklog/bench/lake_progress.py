@@ -8,7 +8,8 @@ until the two meet. For ``bench tier`` and ``bench spark-read --lake`` (one brok
   produced the high watermark is the log end, beyond that base.
 - The lake offset is the leader's ``list_offsets`` answer (``lake_offset``; None, before the
   tierer has read ZooKeeper or the table, counts as 0).
-- Compaction is done when no partition of the table has a run of small files due
+- Compaction is done when no partition of the table has a run of small files due, nor will have
+  once its files are older than the topic's ``lake.compaction.lag.ms``
   (:func:`sparklog.broker.lake.compaction.compaction_span` on the Delta log's statistics).
 """
 
@@ -77,13 +78,21 @@ def wait_tiered(
 
 
 def wait_compacted(
-    uri: str, min_files: int, timeout_s: float = TIMEOUT_S, target_bytes: int = DEFAULT_TARGET_FILE_BYTES
+    uri: str,
+    min_files: int,
+    lag_ms: int = -1,
+    timeout_s: float = TIMEOUT_S,
+    target_bytes: int = DEFAULT_TARGET_FILE_BYTES,
 ) -> int:
-    """Poll the table at ``uri`` until no partition has compaction due; its number of files then."""
+    """Poll the table at ``uri`` until no partition has compaction due, nor will have once its
+    files are older than ``lag_ms`` (the topic's ``lake.compaction.lag.ms``; -1: by count only);
+    its number of files then."""
     deadline = time.perf_counter() + timeout_s
+    # with a lag, every run of two small files becomes due once old: wait as if all were
+    lag, now = (0, 1 << 62) if lag_ms >= 0 else (-1, 0)
     while True:
         files = files_by_partition(DeltaTable(uri))
-        if all(compaction_span(f, min_files, target_bytes) is None for f in files.values()):
+        if all(compaction_span(f, min_files, target_bytes, lag, now) is None for f in files.values()):
             return sum(len(f) for f in files.values())
         if time.perf_counter() > deadline:
             raise TimeoutError(f"{uri}: compaction still due after {timeout_s:.0f} s")

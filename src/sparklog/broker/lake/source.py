@@ -57,6 +57,10 @@ class TieringSource(Protocol):
         """The topic's ``lake.compaction.min.files`` (0: no compaction)."""
         ...
 
+    def compaction_lag_ms(self) -> int:
+        """The topic's ``lake.compaction.lag.ms`` (-1: by count only)."""
+        ...
+
 
 class PartitionSource:
     """A broker's local replica of a partition as a :class:`TieringSource`."""
@@ -102,3 +106,6 @@ class PartitionSource:
 
     def compaction_min_files(self) -> int:
         return self._partition.log.config.lake_compaction_min_files
+
+    def compaction_lag_ms(self) -> int:
+        return self._partition.log.config.lake_compaction_lag_ms

@@ -19,9 +19,11 @@ beyond what it knows is tiered), for its local retention.
 
 After each commit the leader compacts the partition's small files if a run of them is due
 (:mod:`.compaction`): one more Delta commit with the same rows, so a crash around it changes
-nothing. Partition 0's leader also runs Delta's ``VACUUM`` on the topic's table every hour (with
-the table's own retention, seven days by default), so the files compactions replaced do not pile
-up on the lake's storage.
+nothing. Once ``lake.compaction.lag.ms`` has passed since a partition's last commit here, its
+runs of old small files are compacted however few they are (once; a partition that led elsewhere
+before is looked at after its first commit here). Partition 0's leader also runs Delta's
+``VACUUM`` on the topic's table every hour (with the table's own retention, seven days by
+default), so the files compactions replaced do not pile up on the lake's storage.
 
 ``SPARKLOG_TEST_LAKE_CRASH`` (tests only): ``before-delta``, ``after-delta`` or ``after-zookeeper``
 makes the broker kill itself (SIGKILL) at that point of its first tiering commit.
@@ -78,7 +80,7 @@ class TableWriter(Protocol):
 
     def evolve(self, topic: str, schemas: Sequence[ValueSchema]) -> None: ...
 
-    def compact(self, topic: str, partition: int, min_files: int, target_bytes: int) -> int: ...
+    def compact(self, topic: str, partition: int, min_files: int, target_bytes: int, lag_ms: int = -1) -> int: ...
 
     def vacuum(self, topic: str) -> int: ...
 
@@ -101,6 +103,7 @@ class _Led:
     replica: object  # TieringSource.replica: a topic created again starts over
     version: int | None  # the table's transaction version (None: nothing of it in the table yet)
     synced: bool  # ``version`` read from the table (else ZooKeeper's, which may lag the table)
+    compact_at: float | None = None  # clock() when its old small files are looked at (lake.compaction.lag.ms)
 
     @property
     def next_offset(self) -> int:
@@ -236,6 +239,7 @@ class Tierer:
             self._evolved[source.topic] = schemas[-1].version
         end = source.tierable_end()
         if end <= led.next_offset:
+            self._compact_quiet(source, led)
             return False
         if not led.synced:
             self._sync(source, led)
@@ -271,15 +275,29 @@ class Tierer:
         source.set_tiered(upto)
         log.info("%s-%s: tiered offsets [%d, %d) into the lake", source.topic, source.partition, start, upto)
         self._compact(source)
+        lag_ms = source.compaction_lag_ms()
+        led.compact_at = None if lag_ms < 0 else self.clock() + lag_ms / 1000
         return True
 
-    def _compact(self, source: TieringSource) -> None:
-        """After a commit: rewrite the partition's runs of small files, one after the other, while
-        one is due. It changes no row, so a failure only waits for the next commit to try again."""
+    def _compact_quiet(self, source: TieringSource, led: _Led) -> None:
+        """A partition with nothing to tier: once ``lake.compaction.lag.ms`` has passed since its
+        last commit here, rewrite its runs of old small files, however few (then not again before
+        its next commit)."""
+        if led.compact_at is None or led.compact_at > self.clock():
+            return
+        led.compact_at = None
+        self._compact(source, max(0, source.compaction_lag_ms()))
+
+    def _compact(self, source: TieringSource, lag_ms: int = -1) -> None:
+        """Rewrite the partition's runs of small files, one after the other, while one is due (after
+        a commit: by count; ``lag_ms`` >= 0: old ones too). It changes no row, so a failure only
+        waits for the next commit to try again."""
         min_files = source.compaction_min_files()
         while min_files >= 2:
             try:
-                rewritten = self.writer.compact(source.topic, source.partition, min_files, self.target_file_bytes)
+                rewritten = self.writer.compact(
+                    source.topic, source.partition, min_files, self.target_file_bytes, lag_ms
+                )
             except (LakeConflict, LakeUnavailable) as exc:
                 log.info("%s-%s: compaction not done (tried again after the next commit): %s", *self._key(source), exc)
                 return
