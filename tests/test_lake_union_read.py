@@ -3,7 +3,7 @@ table: offsets that local retention deleted are read from the topic's table, the
 gap and no duplicate, by the ``Consumer`` (multi-partition fetch), the single-partition fetch (what
 Spark's Python source uses), ``sparklog consume --from-beginning``, Spark's batch and
 ``availableNow`` reads through the ``sparklog`` source, and ``sparklog.spark.read_topic`` (the
-history through Spark's Delta reader).
+history through Spark's Parquet reader on one Delta snapshot's files, or Delta's reader).
 
 Every topic rolls a segment per produced batch (``segment.bytes=1024``) and keeps nothing tiered
 locally (``local.retention.bytes=0``): after ``n`` batches the first ``n - 1`` are only in the
@@ -254,13 +254,20 @@ def test_spark_reads_across_lake_and_log_exactly_once(spark: Any, spark_cluster:
     topic = unique("union")
     lake_topic(zk, topic)
 
-    # read_topic: the history through Spark's Delta reader, the rest through the sparklog source
+    # read_topic: the history through Spark's Parquet reader on the table's files, the rest
+    # through the sparklog source
     df = read_topic(spark, topic, zookeeper=zk, includeHeaders="true")
     source = spark.read.format("sparklog").option("zookeeper", zk).option("subscribe", topic)
     normal = source.option("includeHeaders", "true").load()
     assert df.schema == normal.schema
     parquet = [f for f in df.inputFiles() if f.endswith(".parquet")]
     assert parquet and all(f"/lake/{topic}/" in f for f in parquet), df.inputFiles()
+    union_root = parquet[0][: parquet[0].index(f"/lake/{topic}/") + len(f"/lake/{topic}")].removeprefix("file:")
+    # exactly the files of the table's current version (not those compaction replaced), no filter
+    current = {Path(f).name for f in DeltaTable(union_root).file_uris()}
+    assert {Path(f).name for f in parquet} == current
+    plan = df._jdf.queryExecution().executedPlan().toString()
+    assert "Filter (" not in plan and "FileScan parquet" in plan, plan
     check_spark_rows(df.collect(), topic)
     with pytest.raises(InvalidRequest, match="startingOffsets"):
         read_topic(spark, topic, zookeeper=zk, startingOffsets="latest")
@@ -295,3 +302,12 @@ def test_spark_reads_across_lake_and_log_exactly_once(spark: Any, spark_cluster:
     stream = stream_reader(spark, zk, subscribe=topic, startingOffsets="earliest", includeHeaders="true")
     _, batches = collect_available_now(stream, str(tmp_path / "ckpt"))
     check_spark_rows([r for rows in batches.values() for r in rows], topic)
+
+    # a table another writer gave reader features (deletion vectors): Spark's plain Parquet reader
+    # would not read it as Delta does, so read_topic reads it through Delta's reader, with a filter
+    spark.sql(f"ALTER TABLE delta.`{union_root}` SET TBLPROPERTIES ('delta.enableDeletionVectors' = 'true')")
+    assert DeltaTable(union_root).protocol().reader_features
+    through_delta = read_topic(spark, topic, zookeeper=zk, includeHeaders="true")
+    plan = through_delta._jdf.queryExecution().executedPlan().toString()
+    assert "Filter (" in plan, plan
+    check_spark_rows(through_delta.collect(), topic)

@@ -1,18 +1,25 @@
-"""A whole topic as one Spark DataFrame, its history read by Spark's own Delta reader (issue 19).
+"""A whole topic as one Spark DataFrame, its history read by Spark's own Parquet reader from its Delta table (issue 19).
 
 ```python
 from sparklog.spark import read_topic
 df = read_topic(spark, "events", zookeeper="127.0.0.1:2181", includeHeaders="true")
 ```
 
-For a topic with ``lake.enabled``, each partition's **boundary** is its lake offset when
-``read_topic`` is called: the rows below it come from the topic's Delta table through
-``spark.read.format("delta")`` (Spark's Parquet reader, partition pruning on ``partition``, Parquet
-statistics on ``offset``), the rows from it on through the ``sparklog`` source
-(``startingOffsets`` per partition = the boundary, ``endingOffsets=latest``), and the two are one
-``unionByName``: no gap (every offset below the lake offset is in the table; offsets from it that
-local retention deletes meanwhile are served from the table by the broker's union read) and no
-duplicate (the Delta part keeps only ``offset < boundary``). Columns and types are the ``sparklog``
+For a topic with ``lake.enabled``, each partition with rows in the table (its lake offset, from its
+leader, above 0) is read up to its **boundary** from the topic's Delta table, and from the boundary
+on through the ``sparklog`` source (``startingOffsets`` per partition = the boundary,
+``endingOffsets=latest``); the two are one ``unionByName``. The boundaries come from one snapshot
+of the table read on the driver with ``deltalake`` (:mod:`sparklog.lake_snapshot`): a partition's
+end in it (the offset the tierer committed with its rows; at or past the lake offset, since a
+tierer commits to Delta before ZooKeeper). Where Spark's plain Parquet reader reads the table
+exactly as Delta would (reader version 1, ``partition=<p>/`` directories: the tierer's tables),
+Spark reads **that snapshot's files** with the table's schema, and every row of them is below its
+partition's end: no row filter and no Delta log replay in the JVM. Otherwise (a table another
+writer gave reader features, or one ``deltalake`` cannot open here) it is
+``spark.read.format("delta")`` with ``offset < boundary`` per partition, the boundary being the
+lake offset. Either way: no gap (every offset below the boundary is in the table; offsets from it
+that local retention deletes meanwhile are served from the table by the broker's union read) and
+no duplicate. Columns and types are the ``sparklog``
 read schema's (``key``, ``value``, ``topic``, ``partition``, ``offset``, ``timestamp`` and, with
 ``includeHeaders``, ``headers``; a union's nullability is the wider of its two parts'); a typed
 topic's value struct in its latest schema version, made of the table's value columns (matched by
@@ -22,8 +29,8 @@ defaults; a field the table lacks, while the tierer has not caught up with a ver
 The table is located by the leaders' ``list_offsets`` answer (``lake_table``: the broker's
 ``--lake-dir`` + ``/<topic>``) or by ``lake_dir=`` (needed when Spark sees the lake under another
 path or URI than the brokers). A topic without ``lake.enabled`` (or with nothing tiered yet) is
-read through the ``sparklog`` source alone. The Spark session needs Delta Lake
-(:func:`sparklog.spark_session.local_spark` configures it).
+read through the ``sparklog`` source alone. The Spark session needs Delta Lake only for the
+fallback (:func:`sparklog.spark_session.local_spark` configures it).
 """
 
 from __future__ import annotations
@@ -35,7 +42,8 @@ from typing import Any
 
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.types import StructType
+from pyspark.sql.pandas.types import from_arrow_schema
+from pyspark.sql.types import ArrayType, DataType, MapType, StructField, StructType
 
 from sparklog.broker.lake.delta_table import table_uri
 from sparklog.datasource import connections
@@ -43,6 +51,8 @@ from sparklog.datasource.offsets import discover
 from sparklog.datasource.options import parse_read_options
 from sparklog.datasource.reader import TIMESTAMP_TYPES
 from sparklog.errors import InvalidRequest
+from sparklog.lake_snapshot import LakeSnapshot, read_snapshot
+from sparklog.names import check_topic_name
 
 # what read_topic chooses itself (the whole topic, earliest to latest)
 CHOSEN_OPTIONS = frozenset(
@@ -82,14 +92,28 @@ def _value(target: Any, table: StructType) -> Column:
     typed topic's value columns as the struct (fields matched by name, a field the table lacks is
     null, a row whose value columns are all null is a null value, as the broker's union read)."""
     if not isinstance(target, StructType):
-        return F.col("value").cast(target)
+        return F.expr(f"CAST(`value` AS {target.simpleString()})")
     have = set(table.fieldNames())
     present = [F.col(f"`{f.name}`") for f in target.fields if f.name in have]
+    # cast to the field's type with nullable elements: a Parquet read (Spark makes its columns
+    # nullable, nested ones too) cannot be cast to non-null ones; the union is as wide anyway
     fields = [
-        (F.col(f"`{f.name}`") if f.name in have else F.lit(None)).cast(f.dataType).alias(f.name) for f in target.fields
+        (F.col(f"`{f.name}`") if f.name in have else F.lit(None)).cast(_nullable(f.dataType)).alias(f.name)
+        for f in target.fields
     ]
     tombstone = functools.reduce(lambda a, b: a & b, [c.isNull() for c in present], F.lit(True))
-    return F.when(tombstone, F.lit(None).cast(target)).otherwise(F.struct(*fields))
+    return F.when(tombstone, F.lit(None).cast(_nullable(target))).otherwise(F.struct(*fields))
+
+
+def _nullable(data_type: DataType) -> DataType:
+    """``data_type`` with every nested field, array element and map value nullable."""
+    if isinstance(data_type, StructType):
+        return StructType([StructField(f.name, _nullable(f.dataType), True) for f in data_type.fields])
+    if isinstance(data_type, ArrayType):
+        return ArrayType(_nullable(data_type.elementType), True)
+    if isinstance(data_type, MapType):
+        return MapType(_nullable(data_type.keyType), _nullable(data_type.valueType), True)
+    return data_type
 
 
 def _default_parallelism(spark: SparkSession) -> int | None:
@@ -102,54 +126,94 @@ def _default_parallelism(spark: SparkSession) -> int | None:
 
 def read_topic(spark: SparkSession, topic: str, *, lake_dir: str | None = None, **options: Any) -> DataFrame:
     """The whole of ``topic`` (earliest offset to the high watermark at planning) as one DataFrame:
-    the lake-enabled history through Spark's Delta reader, the rest through the ``sparklog``
-    source. ``options``: the ``sparklog`` read options (``zookeeper`` / ``bootstrap.servers``,
-    security, ``includeHeaders``, ``minPartitions``, ``maxPartitions``, ``failOnDataLoss``); not
-    the ones choosing topics or offsets. Without ``minPartitions``, ``maxPartitions`` or
-    ``maxRecordsPerPartition``, the source's part has ``maxPartitions`` = the session's default
-    parallelism."""
+    the lake-enabled history through Spark's Parquet (or Delta) reader, the rest through the
+    ``sparklog`` source. ``options``: the ``sparklog`` read options (``zookeeper`` /
+    ``bootstrap.servers``, security, ``includeHeaders``, ``minPartitions``, ``maxPartitions``,
+    ``failOnDataLoss``); not the ones choosing topics or offsets. Without ``minPartitions``,
+    ``maxPartitions`` or ``maxRecordsPerPartition``, the source's part has ``maxPartitions`` = the
+    session's default parallelism."""
     opts = {key: str(value) for key, value in options.items()}
     chosen = sorted(k for k in opts if k.lower() in CHOSEN_OPTIONS)
     if chosen:
         raise InvalidRequest(f"read_topic reads the whole topic: option(s) {', '.join(chosen)} cannot be set")
+    check_topic_name(topic)
     boundaries, uri, timestamp_type = _boundaries(opts, topic)
     if lake_dir is not None:
         uri = table_uri(lake_dir, topic)
     lake_parts = {p: b for p, b in boundaries.items() if b > 0}
-    if uri is None:
-        lake_parts = {}
-    starting = {topic: {str(p): lake_parts.get(p, -2) for p in sorted(boundaries)}}
+    if uri is None or not lake_parts:
+        return _log_part(spark, topic, opts, {p: -2 for p in sorted(boundaries)})
+    snapshot = read_snapshot(uri, topic, lake_parts)
+    if snapshot is not None and all(snapshot.ends.get(p, -1) >= b for p, b in lake_parts.items()):
+        # the table's own ends: at or past the lake offsets (a tierer commits to Delta first)
+        lake_parts = {p: snapshot.ends[p] for p in lake_parts}
+    else:
+        snapshot = None  # read through Delta's reader, up to the lake offsets
+    log = _log_part(spark, topic, opts, {p: lake_parts.get(p, -2) for p in sorted(boundaries)})
+    root = uri.rstrip("/")
+    paths = _snapshot_files(spark, root, snapshot, lake_parts)
+    if paths is not None:
+        # Spark's Parquet reader on exactly this snapshot's files: no Delta log replay in the JVM,
+        # and no row filter (a partition's rows in it are its offsets below its end)
+        if not paths:
+            return log
+        assert snapshot is not None  # paths come from it
+        table = spark.read.schema(from_arrow_schema(snapshot.schema)).option("basePath", root).parquet(*paths)
+    else:
+        wanted = " OR ".join(f"(`partition` = {p} AND `offset` < {b})" for p, b in sorted(lake_parts.items()))
+        table = spark.read.format("delta").load(uri).where(wanted)
+    return _history(table, log.schema, topic, timestamp_type).unionByName(log)
+
+
+def _snapshot_files(
+    spark: SparkSession, root: str, snapshot: LakeSnapshot | None, parts: Mapping[int, int]
+) -> list[str] | None:
+    """The paths of the snapshot's files of ``parts``, if Spark's Parquet reader reads them exactly
+    (:mod:`sparklog.lake_snapshot`) and lists them on the driver: no more than
+    ``spark.sql.sources.parallelPartitionDiscovery.threshold`` files (above it Spark lists them in
+    a job of its own, which costs more than Delta's reader, which takes them from its log)."""
+    if snapshot is None or snapshot.files is None:
+        return None
+    paths = [f"{root}/{path}" for p in sorted(parts) for path in snapshot.files.get(p, ())]
+    threshold = spark.conf.get("spark.sql.sources.parallelPartitionDiscovery.threshold", "32")
+    return paths if len(paths) <= int(threshold or 32) else None
+
+
+def _log_part(spark: SparkSession, topic: str, opts: dict[str, str], starting: dict[int, int]) -> DataFrame:
+    """The ``sparklog`` source's read of ``topic`` from ``starting`` (-2: earliest) to the latest."""
     given = {k.lower() for k in opts}
     parallelism = _default_parallelism(spark)
     if parallelism and not given & {"minpartitions", "maxpartitions", "maxrecordsperpartition"}:
         # as many tasks as the session runs at once: a task per partition would cost a Python
         # worker round each, for a tail of a few records per partition
-        opts["maxPartitions"] = str(parallelism)
-    log = (
+        opts = {**opts, "maxPartitions": str(parallelism)}
+    return (
         spark.read.format("sparklog")
         .options(**opts)
         .option("subscribe", topic)
-        .option("startingOffsets", json.dumps(starting))
+        .option("startingOffsets", json.dumps({topic: {str(p): o for p, o in starting.items()}}))
         .option("endingOffsets", "latest")
         .load()
     )
-    if not lake_parts:
-        return log
-    table = spark.read.format("delta").load(uri)
-    wanted = F.lit(False)
-    for p, boundary in sorted(lake_parts.items()):
-        wanted = wanted | ((F.col("partition") == p) & (F.col("offset") < boundary))
-    types = {f.name: f.dataType for f in log.schema.fields}
+
+
+def _history(table: DataFrame, schema: StructType, topic: str, timestamp_type: int) -> DataFrame:
+    """The table's rows in the ``sparklog`` read's columns and types (``schema``). SQL expressions,
+    not Column objects: one call into the JVM for each instead of several."""
+    types = {f.name: f.dataType for f in schema.fields}
+
+    def cast(column: str, expression: str | None = None) -> Column:
+        return F.expr(f"CAST({expression or f'`{column}`'} AS {types[column].simpleString()}) AS `{column}`")
+
     columns = [
-        F.col("key").cast(types["key"]).alias("key"),
+        cast("key"),
         _value(types["value"], table.schema).alias("value"),
-        F.lit(topic).cast(types["topic"]).alias("topic"),
-        F.col("partition").cast(types["partition"]).alias("partition"),
-        F.col("offset").cast(types["offset"]).alias("offset"),
-        F.col("timestamp").cast(types["timestamp"]).alias("timestamp"),
-        F.lit(timestamp_type).cast(types["timestampType"]).alias("timestampType"),
+        cast("topic", f"'{topic}'"),  # a checked topic name: letters, digits, '.', '_', '-'
+        cast("partition"),
+        cast("offset"),
+        cast("timestamp"),
+        cast("timestampType", str(timestamp_type)),
     ]
     if "headers" in types:
-        columns.append(F.col("headers").cast(types["headers"]).alias("headers"))
-    history = table.where(wanted).select(*columns)
-    return history.unionByName(log)
+        columns.append(cast("headers"))
+    return table.select(*columns)
