@@ -43,8 +43,8 @@ nested as ``address.zip``; the broker sends only those); ``kafkaConsumer.pollTim
 Topics with ``lake.enabled`` (issue 19): ``earliest`` is the Delta table's first offset once the
 table reaches the brokers' local log, and the brokers serve the offsets below their local log start
 from the table (batch and streaming reads cross that boundary unchanged);
-:func:`sparklog.spark.read_topic` reads a whole topic's history with Spark's own Delta reader
-instead.
+:func:`sparklog.spark.read_topic` reads a whole topic's history with Spark's own Parquet reader
+(the files of one Delta snapshot) instead.
 
 Schema (Kafka's, in its order): ``key`` binary, ``value`` binary (or, for typed topics, a struct of
 the latest value schema version, see :mod:`sparklog.datasource.typed`), ``topic`` string,
