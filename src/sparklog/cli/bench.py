@@ -64,7 +64,8 @@ def add_bench(sub: argparse._SubParsersAction) -> None:
         "--lake",
         action="store_true",
         help="spark-read: sparklog.spark.read_topic of a tiered lake-enabled topic (history through Spark's "
-        "Parquet reader on the Delta table's files) against the Python source's read of the same records in a plain topic, same run",
+        "Parquet reader on the Delta table's files) against the Python source's read of the same records "
+        "in a plain topic, same run",
     )
     p.add_argument(
         "--secure",
