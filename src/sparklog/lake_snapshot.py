@@ -40,13 +40,11 @@ class LakeSnapshot:
     schema: pa.Schema
 
 
-def read_snapshot(
-    uri: str, topic: str, partitions: Iterable[int], storage_options: Mapping[str, str] | None = None
-) -> LakeSnapshot | None:
+def read_snapshot(uri: str, topic: str, partitions: Iterable[int]) -> LakeSnapshot | None:
     """The table's latest snapshot; None if there is no table at ``uri`` or ``deltalake`` cannot
     read it here (the caller then falls back to Spark's Delta reader)."""
     try:
-        table = DeltaTable(uri, storage_options=dict(storage_options) if storage_options else None)
+        table = DeltaTable(uri)
         ends = {p: v for p in partitions if (v := table.transaction_version(app_id(topic, p))) is not None}
         schema = pa.schema(table.schema().to_arrow())
         files = _plain_files(table)

@@ -150,33 +150,32 @@ def read_topic(spark: SparkSession, topic: str, *, lake_dir: str | None = None, 
     else:
         snapshot = None  # read through Delta's reader, up to the lake offsets
     log = _log_part(spark, topic, opts, {p: lake_parts.get(p, -2) for p in sorted(boundaries)})
-    root = uri.rstrip("/")
-    paths = _snapshot_files(spark, root, snapshot, lake_parts)
-    if paths is not None:
-        # Spark's Parquet reader on exactly this snapshot's files: no Delta log replay in the JVM,
-        # and no row filter (a partition's rows in it are its offsets below its end)
-        if not paths:
-            return log
-        assert snapshot is not None  # paths come from it
-        table = spark.read.schema(from_arrow_schema(snapshot.schema)).option("basePath", root).parquet(*paths)
-    else:
-        wanted = " OR ".join(f"(`partition` = {p} AND `offset` < {b})" for p, b in sorted(lake_parts.items()))
-        table = spark.read.format("delta").load(uri).where(wanted)
+    table = _lake_table(spark, uri, snapshot, lake_parts)
+    if table is None:
+        return log
     return _history(table, log.schema, topic, timestamp_type).unionByName(log)
 
 
-def _snapshot_files(
-    spark: SparkSession, root: str, snapshot: LakeSnapshot | None, parts: Mapping[int, int]
-) -> list[str] | None:
-    """The paths of the snapshot's files of ``parts``, if Spark's Parquet reader reads them exactly
-    (:mod:`sparklog.lake_snapshot`) and lists them on the driver: no more than
-    ``spark.sql.sources.parallelPartitionDiscovery.threshold`` files (above it Spark lists them in
-    a job of its own, which costs more than Delta's reader, which takes them from its log)."""
-    if snapshot is None or snapshot.files is None:
-        return None
-    paths = [f"{root}/{path}" for p in sorted(parts) for path in snapshot.files.get(p, ())]
-    threshold = spark.conf.get("spark.sql.sources.parallelPartitionDiscovery.threshold", "32")
-    return paths if len(paths) <= int(threshold or 32) else None
+def _lake_table(
+    spark: SparkSession, uri: str, snapshot: LakeSnapshot | None, parts: Mapping[int, int]
+) -> DataFrame | None:
+    """The table's rows of ``parts`` below their boundaries (None: the snapshot has no file of
+    them). Spark's Parquet reader on exactly the snapshot's files, with no row filter (a
+    partition's rows in it are its offsets below its end, no Delta log replay in the JVM), where
+    it reads them as Delta would (:mod:`sparklog.lake_snapshot`) and lists them on the driver: no
+    more than ``spark.sql.sources.parallelPartitionDiscovery.threshold`` files (above it Spark
+    lists them in a job of its own, which costs more than Delta's reader, which takes them from
+    its log). Otherwise Delta's reader, filtered to the boundaries."""
+    root = uri.rstrip("/")
+    if snapshot is not None and snapshot.files is not None:
+        paths = [f"{root}/{path}" for p in sorted(parts) for path in snapshot.files.get(p, ())]
+        threshold = spark.conf.get("spark.sql.sources.parallelPartitionDiscovery.threshold", "32")
+        if not paths:
+            return None
+        if len(paths) <= int(threshold or 32):
+            return spark.read.schema(from_arrow_schema(snapshot.schema)).option("basePath", root).parquet(*paths)
+    wanted = " OR ".join(f"(`partition` = {p} AND `offset` < {b})" for p, b in sorted(parts.items()))
+    return spark.read.format("delta").load(uri).where(wanted)
 
 
 def _log_part(spark: SparkSession, topic: str, opts: dict[str, str], starting: dict[int, int]) -> DataFrame:

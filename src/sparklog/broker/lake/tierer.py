@@ -286,7 +286,9 @@ class Tierer:
         if led.compact_at is None or led.compact_at > self.clock():
             return
         led.compact_at = None
-        self._compact(source, max(0, source.compaction_lag_ms()))
+        lag_ms = source.compaction_lag_ms()  # read again: the topic's config may have changed since
+        if lag_ms >= 0:
+            self._compact(source, lag_ms)
 
     def _compact(self, source: TieringSource, lag_ms: int = -1) -> None:
         """Rewrite the partition's runs of small files, one after the other, while one is due (after
