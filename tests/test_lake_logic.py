@@ -150,6 +150,9 @@ class LogSource:
     def read(self, start: int, end: int) -> list[pa.RecordBatch]:
         return self.log.read(start, READ_ALL, upto=end)
 
+    def roll_if_aged(self) -> bool:
+        return self.log.roll_if_aged()
+
     def set_tiered(self, offset: int) -> None:
         self.log.tiered_offset = offset
 
@@ -221,6 +224,37 @@ def test_tierer_tiers_closed_committed_segments_exactly(tmp_path: Path) -> None:
     assert table["headers"].to_pylist() == stored["headers"].to_pylist()
     ms = table["timestamp"].cast(pa.timestamp("ms", tz="UTC")).cast(pa.int64()).to_pylist()
     assert ms == stored["timestamp"].cast(pa.int64()).to_pylist()
+    log.close()
+
+
+def test_a_quiet_partitions_active_segment_is_closed_and_tiered_after_segment_ms(tmp_path: Path) -> None:
+    clock = Clock()
+    log = PartitionLog(tmp_path / "log", config(lake_enabled="true", segment_ms=60_000), clock=clock)
+    for i in range(3):
+        log.append({"key": [b"k"], "value": [b"v%d" % i], "timestamp": [clock.now]})
+    source, offsets = LogSource(log), FakeOffsets()
+    source.hw = log.log_end_offset
+    lake = tmp_path / "lake"
+    tierer = Tierer(DeltaTableWriter(str(lake)), offsets)
+    assert tierer.run_once([source]) == 0  # one young active segment: nothing closed, nothing tiered
+    assert [s.base_offset for s in log.segments] == [0]
+    clock.advance(59_999)
+    assert tierer.run_once([source]) == 0
+    clock.advance(1)
+    assert tierer.run_once([source]) == 1  # segment.ms old: closed and tiered in the same pass
+    assert [s.base_offset for s in log.segments] == [0, 3]
+    assert table_offsets(lake) == [0, 1, 2] and offsets.stored[(TOPIC, 0)] == 3
+    clock.advance(120_000)
+    assert tierer.run_once([source]) == 0  # an empty active segment is never rolled
+    assert [s.base_offset for s in log.segments] == [0, 3]
+    log.append({"key": [b"k"], "value": [b"v3"], "timestamp": [clock.now]})  # into the old empty segment
+    source.hw = 3  # not committed yet: closed once old, tiered once committed
+    clock.advance(60_000)
+    assert tierer.run_once([source]) == 0
+    assert [s.base_offset for s in log.segments] == [0, 3, 4]
+    source.hw = 4
+    assert tierer.run_once([source]) == 1
+    assert table_offsets(lake) == [0, 1, 2, 3]
     log.close()
 
 

@@ -4,7 +4,7 @@ at each point of a tiering commit, a leader change, local retention.
 
 Every topic here rolls a segment per produced batch (``segment.bytes=1024``, batches larger than
 that), so after ``n`` batches the closed segments hold the first ``n - 1``; the last one stays in
-the active segment (never tiered)."""
+the active segment (never tiered, unless the topic's ``segment.ms`` has the tierer close it)."""
 
 from __future__ import annotations
 
@@ -48,14 +48,19 @@ def test_tiering_writes_exact_rows_offsets_and_describe_shows_lag(
             admin.create_topic("compacted", 1, 1, {"lake.enabled": "true", "cleanup.policy": "compact"})
         admin.create_topic("lake", 2, 1, LAKE_TOPIC)
         admin.create_topic("plain", 1, 1, {"segment.bytes": "1024"})
+        admin.create_topic("quiet", 1, 1, {**LAKE_TOPIC, "segment.ms": "1000"})
     for p in (0, 1):
         produce_batches(sparklog_connect, "lake", p, 4 + p)
     produce_batches(sparklog_connect, "plain", 0, 3)
+    produce_batches(sparklog_connect, "quiet", 0, 2)
     for p in (0, 1):
         closed = (3 + p) * PER_BATCH
         wait_tiered(lake, "lake", p, closed)
         assert_rows_exactly(lake, "lake", p, closed)
         wait_for(lambda p=p: zk_lake_offset(sparklog_connect, "lake", p) == (3 + p) * PER_BATCH, 10, "ZooKeeper")
+    # segment.ms=1000: the tierer closes the quiet partition's active segment, all of it is tiered
+    wait_tiered(lake, "quiet", 0, 2 * PER_BATCH)
+    assert_rows_exactly(lake, "quiet", 0, 2 * PER_BATCH)
     assert not (lake / "plain").exists()  # a topic without lake.enabled is not tiered
     with Admin(sparklog_connect) as admin:
         described = admin.describe_topic("lake")["partitions"]

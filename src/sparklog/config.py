@@ -27,8 +27,10 @@ class TopicConfig:
     ``-1`` means "no limit" for ``retention_ms``, ``retention_bytes``, ``flush_messages`` and ``flush_ms``.
 
     ``lake.enabled``: the partitions' leaders tier closed segments into the topic's Delta table
-    (:mod:`sparklog.broker.lake`); refused with ``cleanup.policy=compact`` (a compacted topic's
-    history is rewritten, an append-only table would keep what compaction removed).
+    (:mod:`sparklog.broker.lake`), and close an active segment ``segment.ms`` old even with no
+    append coming (the bound on how stale a quiet partition's table is); refused with
+    ``cleanup.policy=compact`` (a compacted topic's history is rewritten, an append-only table
+    would keep what compaction removed).
     ``local.retention.ms`` / ``local.retention.bytes`` (KIP-405's names) bound the segments kept on
     the brokers' disks once they are in the table; ``-2`` (the default) means "as ``retention.ms`` /
     ``retention.bytes``". Without ``lake.enabled`` they do nothing.

@@ -10,7 +10,7 @@ a topic whose history is tiered into Delta Lake.
   notebook's Spark SQL and its stream-static join must produce.
 - :func:`lake_state` and :func:`wait_until_tiered` read each partition's lake offset and local log
   start (``Admin.describe_topic``) and wait until every closed segment is in the lake.
-- :func:`plot_orders_by_storage`: the notebook's chart.
+- :func:`plot_orders_per_day`: the notebook's chart.
 """
 
 from __future__ import annotations
@@ -185,8 +185,8 @@ def wait_until_tiered(
 
 
 # ------------------------------------------------------------------------------------------- chart
-def plot_orders_by_storage(per_day: pa.Table, title: str = "orders per day, by where they are stored") -> Figure:
-    """Stacked bars of orders per day (``day``: a date, ``stored``: a label, ``orders``: a count)."""
+def plot_orders_per_day(per_day: pa.Table, title: str = "orders per day") -> Figure:
+    """Stacked bars of orders per day (``day``: a date, ``series``: a label, ``orders``: a count)."""
     from matplotlib.dates import DateFormatter
     from matplotlib.figure import Figure
 
@@ -196,8 +196,8 @@ def plot_orders_by_storage(per_day: pa.Table, title: str = "orders per day, by w
     fig = Figure(figsize=(10, 4), layout="constrained")
     ax = fig.add_subplot()
     bottom = np.zeros(len(days))
-    for label in sorted(set(per_day["stored"].to_pylist())):
-        mine = pc.equal(per_day["stored"], label).to_numpy(zero_copy_only=False)
+    for label in sorted(set(per_day["series"].to_pylist())):
+        mine = pc.equal(per_day["series"], label).to_numpy(zero_copy_only=False)
         counts = np.zeros(len(days))
         np.add.at(counts, position[mine], per_day["orders"].to_numpy()[mine])
         ax.bar(times, counts, width=0.8, bottom=bottom, label=label)

@@ -43,6 +43,11 @@ class TieringSource(Protocol):
         """The stored batches holding the offsets ``[start, end)`` (within one segment)."""
         ...
 
+    def roll_if_aged(self) -> bool:
+        """Close the active segment if it holds records and is ``segment.ms`` old (what its next
+        append would do); True if it did."""
+        ...
+
     def set_tiered(self, offset: int) -> None:
         """Everything below ``offset`` is in the table (local retention may delete it)."""
         ...
@@ -94,6 +99,9 @@ class PartitionSource:
 
     def read(self, start: int, end: int) -> list[pa.RecordBatch]:
         return self._partition.log.read(start, READ_ALL, upto=end)
+
+    def roll_if_aged(self) -> bool:
+        return self._partition.log.roll_if_aged()
 
     def set_tiered(self, offset: int) -> None:
         self._partition.log.tiered_offset = offset

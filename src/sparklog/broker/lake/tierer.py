@@ -2,7 +2,9 @@
 
 For each partition of a lake-enabled topic that this broker **leads**, a pass appends the committed
 records (below the high watermark) of the oldest closed segment not yet in the table (and of the
-next closed ones, up to ``max_commit_bytes`` of rows, when it is behind), in two commits:
+next closed ones, up to ``max_commit_bytes`` of rows, when it is behind), in two commits (a
+partition with none closes its active segment first once that is ``segment.ms`` old: the roll its
+next append would make, so a quiet partition's last records reach the table too):
 
 1. the Delta commit: the rows plus the application transaction ``sparklog-<topic>-<p>`` set to the
    next offset to tier (``DeltaTableWriter.append``, refused if the table is not where this
@@ -238,6 +240,8 @@ class Tierer:
             self.writer.evolve(source.topic, schemas)  # a new version: the table follows it now
             self._evolved[source.topic] = schemas[-1].version
         end = source.tierable_end()
+        if end <= led.next_offset and source.roll_if_aged():
+            end = source.tierable_end()  # a quiet partition's last records reach the table after segment.ms
         if end <= led.next_offset:
             self._compact_quiet(source, led)
             return False

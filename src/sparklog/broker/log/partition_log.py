@@ -397,6 +397,17 @@ class PartitionLog:
             if not self.active.is_empty:
                 self._roll(self.log_end_offset)
 
+    def roll_if_aged(self) -> bool:
+        """Roll the active segment if it holds records and is ``segment.ms`` old: the roll its next
+        append would make, made without waiting for one (a lake-enabled topic's tierer, which tiers
+        closed segments only). True if it rolled."""
+        with self.lock:
+            self._check_open()
+            if self.active.is_empty or self.clock() - self._active_created_ms < self.config.segment_ms:
+                return False
+            self._roll(self.log_end_offset)
+            return True
+
     def _after_append(self, count: int, now: int) -> None:
         self._unflushed_messages += count
         cfg = self.config
