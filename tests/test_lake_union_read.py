@@ -311,3 +311,22 @@ def test_spark_reads_across_lake_and_log_exactly_once(spark: Any, spark_cluster:
     plan = through_delta._jdf.queryExecution().executedPlan().toString()
     assert "Filter (" in plan, plan
     check_spark_rows(through_delta.collect(), topic)
+
+    # planned when called: a record produced after read_topic is not in its DataFrame
+    planned = read_topic(spark, topic, zookeeper=zk, includeHeaders="true")
+    produce_batches(zk, topic, 0, 1, first=BATCHES[0] * PER_BATCH)
+    check_spark_rows(planned.collect(), topic)
+
+    # a quiet topic (segment.ms=1000: its tierer closes the last segments): every record is in the
+    # table, read_topic reads it with no sparklog source at all
+    quiet = unique("quiet")
+    with Admin(zk) as admin:
+        admin.create_topic(quiet, len(BATCHES), 1, {**LOCAL_NONE, "segment.ms": "1000"})
+    for p, batches in BATCHES.items():
+        produce_batches(zk, quiet, p, batches)
+    wait_local_deleted(zk, quiet, {p: b * PER_BATCH for p, b in BATCHES.items()})
+    whole = read_topic(spark, quiet, zookeeper=zk, includeHeaders="true")
+    assert whole.schema.simpleString() == normal.schema.simpleString()
+    plan = whole._jdf.queryExecution().executedPlan().toString()
+    assert "FileScan parquet" in plan and "Union" not in plan and "BatchScan" not in plan, plan
+    check_spark_rows(whole.collect(), quiet)

@@ -8,7 +8,10 @@ df = read_topic(spark, "events", zookeeper="127.0.0.1:2181", includeHeaders="tru
 For a topic with ``lake.enabled``, each partition with rows in the table (its lake offset, from its
 leader, above 0) is read up to its **boundary** from the topic's Delta table, and from the boundary
 on through the ``sparklog`` source (``startingOffsets`` per partition = the boundary,
-``endingOffsets=latest``); the two are one ``unionByName``. The boundaries come from one snapshot
+``endingOffsets`` = the high watermarks when ``read_topic`` is called, so the DataFrame reads the
+same records each time it runs); the two are one ``unionByName``. When the table holds every
+record (a quiet lake-enabled topic: its tierer closes a segment ``segment.ms`` old), there is no
+``sparklog`` source in the plan at all. The boundaries come from one snapshot
 of the table read on the driver with ``deltalake`` (:mod:`sparklog.lake_snapshot`): a partition's
 end in it (the offset the tierer committed with its rows; at or past the lake offset, since a
 tierer commits to Delta before ZooKeeper). Where Spark's plain Parquet reader reads the table
@@ -35,6 +38,7 @@ fallback (:func:`sparklog.spark_session.local_spark` configures it).
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 from collections.abc import Mapping
@@ -48,8 +52,9 @@ from pyspark.sql.types import ArrayType, DataType, MapType, StructField, StructT
 from sparklog.broker.lake.delta_table import table_uri
 from sparklog.datasource import connections
 from sparklog.datasource.offsets import discover
-from sparklog.datasource.options import parse_read_options
-from sparklog.datasource.reader import TIMESTAMP_TYPES
+from sparklog.datasource.options import check_known, parse_read_options
+from sparklog.datasource.reader import TIMESTAMP_TYPES, spark_schema
+from sparklog.datasource.typed import value_type_for
 from sparklog.errors import InvalidRequest
 from sparklog.lake_snapshot import LakeSnapshot, read_snapshot
 from sparklog.names import check_topic_name
@@ -70,21 +75,40 @@ CHOSEN_OPTIONS = frozenset(
 )
 
 
-def _boundaries(options: Mapping[str, str], topic: str) -> tuple[dict[int, int], str | None, int]:
-    """Each partition's lake offset (0 where nothing is tiered), the table's URI as the brokers
-    name it (None: not lake-enabled, or brokers without a lake dir), and the topic's
-    ``timestampType`` (its ``message.timestamp.type``, as the source's column has it)."""
+@dataclasses.dataclass(frozen=True)
+class _Planned:
+    """What ``read_topic`` learns of the topic when called, from its leaders (``list_offsets``)."""
+
+    lake_offsets: dict[int, int]  # each partition's lake offset (0 where nothing is tiered)
+    earliest: dict[int, int]  # each partition's earliest offset (in the table once it holds the oldest)
+    latest: dict[int, int]  # each partition's high watermark: where the read ends
+    table: str | None  # the table's URI as the brokers name it (None: not lake-enabled, or no lake dir)
+    timestamp_type: int  # the topic's message.timestamp.type, as the source's column has it
+    schema: StructType  # the sparklog source's read schema for these options
+
+
+def _plan(options: Mapping[str, str], topic: str) -> _Planned:
+    """The topic's offsets and table, and the read's schema (what the ``sparklog`` source would
+    declare, computed here: a read all in the table needs no source)."""
+    check_known(options)
     read = parse_read_options({**options, "subscribe": topic})
     client = connections.cluster_client(read.address)
     tps = discover(client, read.subscription, require_topics=True)
     listed = client.list_offsets_many(tps)
-    boundaries: dict[int, int] = {}
+    lake_offsets: dict[int, int] = {}
     uri: str | None = None
     for (_, p), info in listed.items():
         lake = info.get("lake_offset")  # absent: not lake-enabled; None: not known yet
-        boundaries[p] = int(lake) if lake is not None else 0
+        lake_offsets[p] = int(lake) if lake is not None else 0
         uri = uri or info.get("lake_table")
-    return boundaries, uri, TIMESTAMP_TYPES[client.topic(topic).config.message_timestamp_type]
+    return _Planned(
+        lake_offsets,
+        {p: int(info["log_start_offset"]) for (_, p), info in listed.items()},
+        {p: int(info["high_watermark"]) for (_, p), info in listed.items()},
+        uri,
+        TIMESTAMP_TYPES[client.topic(topic).config.message_timestamp_type],
+        spark_schema(read.include_headers, value_type_for(read)),
+    )
 
 
 def _value(target: Any, table: StructType) -> Column:
@@ -125,7 +149,7 @@ def _default_parallelism(spark: SparkSession) -> int | None:
 
 
 def read_topic(spark: SparkSession, topic: str, *, lake_dir: str | None = None, **options: Any) -> DataFrame:
-    """The whole of ``topic`` (earliest offset to the high watermark at planning) as one DataFrame:
+    """The whole of ``topic`` (earliest offset to the high watermarks when called) as one DataFrame:
     the lake-enabled history through Spark's Parquet (or Delta) reader, the rest through the
     ``sparklog`` source. ``options``: the ``sparklog`` read options (``zookeeper`` /
     ``bootstrap.servers``, security, ``includeHeaders``, ``minPartitions``, ``maxPartitions``,
@@ -137,23 +161,29 @@ def read_topic(spark: SparkSession, topic: str, *, lake_dir: str | None = None, 
     if chosen:
         raise InvalidRequest(f"read_topic reads the whole topic: option(s) {', '.join(chosen)} cannot be set")
     check_topic_name(topic)
-    boundaries, uri, timestamp_type = _boundaries(opts, topic)
-    if lake_dir is not None:
-        uri = table_uri(lake_dir, topic)
-    lake_parts = {p: b for p, b in boundaries.items() if b > 0}
-    if uri is None or not lake_parts:
-        return _log_part(spark, topic, opts, {p: -2 for p in sorted(boundaries)})
-    snapshot = read_snapshot(uri, topic, lake_parts)
-    if snapshot is not None and all(snapshot.ends.get(p, -1) >= b for p, b in lake_parts.items()):
-        # the table's own ends: at or past the lake offsets (a tierer commits to Delta first)
-        lake_parts = {p: snapshot.ends[p] for p in lake_parts}
-    else:
-        snapshot = None  # read through Delta's reader, up to the lake offsets
-    log = _log_part(spark, topic, opts, {p: lake_parts.get(p, -2) for p in sorted(boundaries)})
-    table = _lake_table(spark, uri, snapshot, lake_parts)
+    planned = _plan(opts, topic)
+    uri = planned.table if lake_dir is None else table_uri(lake_dir, topic)
+    lake_parts = {p: b for p, b in planned.lake_offsets.items() if b > 0}
+    table = None
+    if uri is not None and lake_parts:
+        snapshot = read_snapshot(uri, topic, lake_parts)
+        if snapshot is not None and all(snapshot.ends.get(p, -1) >= b for p, b in lake_parts.items()):
+            # the table's own ends: at or past the lake offsets (a tierer commits to Delta first)
+            lake_parts = {p: snapshot.ends[p] for p in lake_parts}
+        else:
+            snapshot = None  # read through Delta's reader, up to the lake offsets
+        table = _lake_table(spark, uri, snapshot, lake_parts)
     if table is None:
-        return log
-    return _history(table, log.schema, topic, timestamp_type).unionByName(log)
+        lake_parts = {}
+    # the log from each boundary (-2: the earliest offset, when read) to the high watermark when called
+    starting = {p: lake_parts.get(p, -2) for p in sorted(planned.latest)}
+    ending = {p: max(latest, lake_parts.get(p, 0)) for p, latest in planned.latest.items()}
+    if table is None:
+        return _log_part(spark, topic, opts, starting, ending)
+    history = _history(table, planned.schema, topic, planned.timestamp_type)
+    if all(ending[p] <= lake_parts.get(p, earliest) for p, earliest in planned.earliest.items()):
+        return history  # every record is in the table: no sparklog source
+    return history.unionByName(_log_part(spark, topic, opts, starting, ending))
 
 
 def _lake_table(
@@ -178,8 +208,10 @@ def _lake_table(
     return spark.read.format("delta").load(uri).where(wanted)
 
 
-def _log_part(spark: SparkSession, topic: str, opts: dict[str, str], starting: dict[int, int]) -> DataFrame:
-    """The ``sparklog`` source's read of ``topic`` from ``starting`` (-2: earliest) to the latest."""
+def _log_part(
+    spark: SparkSession, topic: str, opts: dict[str, str], starting: dict[int, int], ending: dict[int, int]
+) -> DataFrame:
+    """The ``sparklog`` source's read of ``topic`` from ``starting`` (-2: earliest) to ``ending``."""
     given = {k.lower() for k in opts}
     parallelism = _default_parallelism(spark)
     if parallelism and not given & {"minpartitions", "maxpartitions", "maxrecordsperpartition"}:
@@ -191,7 +223,7 @@ def _log_part(spark: SparkSession, topic: str, opts: dict[str, str], starting: d
         .options(**opts)
         .option("subscribe", topic)
         .option("startingOffsets", json.dumps({topic: {str(p): o for p, o in starting.items()}}))
-        .option("endingOffsets", "latest")
+        .option("endingOffsets", json.dumps({topic: {str(p): o for p, o in ending.items()}}))
         .load()
     )
 

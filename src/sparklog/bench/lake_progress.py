@@ -5,7 +5,9 @@ until the two meet. For ``bench tier`` and ``bench spark-read --lake`` (one brok
 - The closed end of a partition is the base offset of its last (active) segment, read from the
   segment files' names in the broker's data dir (``<data dir>/<topic>-<p>/<base>.arrows``): the
   tierer tiers closed segments below the high watermark, and with one replica and nothing being
-  produced the high watermark is the log end, beyond that base.
+  produced the high watermark is the log end, beyond that base. (``bench spark-read --lake``
+  waits for the high watermarks instead: its topic's ``segment.ms`` has the tierer close the last
+  segments too.)
 - The lake offset is the leader's ``list_offsets`` answer (``lake_offset``; None, before the
   tierer has read ZooKeeper or the table, counts as 0).
 - Compaction is done when no partition of the table has a run of small files due, nor will have
@@ -39,6 +41,13 @@ def closed_ends(data_dir: Path, topic: str, partitions: int) -> dict[int, int]:
     return ends
 
 
+def high_watermarks(client: ClusterClient, topic: str, partitions: int) -> dict[int, int]:
+    """Each partition's high watermark, from its leader: a topic's whole log, which a lake-enabled
+    topic's tierer reaches once each partition's last segment is ``segment.ms`` old."""
+    listed = client.list_offsets_many([(topic, p) for p in range(partitions)])
+    return {p: int(info["high_watermark"]) for (_, p), info in listed.items()}
+
+
 def lake_offsets(client: ClusterClient, topic: str, partitions: int) -> dict[int, int]:
     """Each partition's lake offset, from its leader (one ``list_offsets`` call per broker)."""
     listed = client.list_offsets_many([(topic, p) for p in range(partitions)])
@@ -47,13 +56,14 @@ def lake_offsets(client: ClusterClient, topic: str, partitions: int) -> dict[int
 
 @dataclasses.dataclass(frozen=True)
 class Tiered:
-    """When a topic reached its closed ends, seen by polling its lake offsets every ``POLL_S``."""
+    """When a topic reached its ends (closed ends, or high watermarks), seen by polling its lake
+    offsets every ``POLL_S``."""
 
     first_progress: float  # perf_counter() of the first poll that saw more tiered than at the start (= done if none)
-    done: float  # ... of the first poll that saw every partition at its closed end
+    done: float  # ... of the first poll that saw every partition at its end
     at_start: int  # records tiered (sum of lake offsets) when waiting began
     at_first_progress: int  # ... at the first poll that saw progress
-    end: int  # the sum of the closed ends
+    end: int  # the sum of the ends
 
 
 def wait_tiered(
