@@ -3,15 +3,15 @@ reader (:func:`sparklog.spark.read_topic`) against the same records read through
 Python source alone, in the same run and the same SparkSession (issue 19's target: at least 4x).
 
 A local cluster (embedded ZooKeeper, one broker process with ``--lake-dir``, ``LocalCluster``'s
-default ``<data dir>/lake``) gets two topics of ``partitions`` partitions,
-``segment.bytes=segment_bytes`` and ``segment.ms`` = ``SEGMENT_MS`` (1 s), filled (not timed) with
-the same ``records`` records of ``value_bytes``
-(:func:`sparklog.bench.spark_scenarios.fill_topic`): ``bench-spark-lake`` with
-``lake.enabled=true`` and ``bench-spark-log`` without. Then, until its leader's lake offsets reach
-the high watermarks (:mod:`sparklog.bench.lake_progress`), the lake topic is tiered: a second
-after the fill its tierer closes each partition's last segment, so the whole topic is history in
-its Delta table (the issue's "10M rows of history"; how a topic quiet for its ``segment.ms``
-stands); then until the tierer's compaction is done (no partition has a run of small files due,
+default ``<data dir>/lake``) gets two topics of ``partitions`` partitions and
+``segment.bytes=segment_bytes``, filled (not timed) with the same ``records`` records of
+``value_bytes`` (:func:`sparklog.bench.spark_scenarios.fill_topic`): ``bench-spark-lake`` with
+``lake.enabled=true`` and ``bench-spark-log`` without. Then the lake topic gets ``segment.ms`` =
+``SEGMENT_MS`` (1 s; set after the fill, so both topics' logs are cut into segments alike), and
+until its leader's lake offsets reach the high watermarks (:mod:`sparklog.bench.lake_progress`)
+it is tiered: its tierer closes each partition's last segment once that is a second old, so the
+whole topic is history in its Delta table (the issue's "10M rows of history"; how a topic quiet
+for its ``segment.ms`` stands); then until the tierer's compaction is done (no partition has a run of small files due,
 nor will be once its files are older than the topic's ``lake.compaction.lag.ms``, here 1 s: the
 layout a topic's history has once the partition has been quiet for the lag, 10 min by default). Its segments stay
 on the broker's disk (local retention as total retention); ``read_topic`` reads the log only from
@@ -56,7 +56,7 @@ LAKE = "bench-spark-lake"
 LOG = "bench-spark-log"
 SOURCE = "source"  # the plain sparklog batch read of LOG (not read_topic)
 SEGMENT_BYTES = 8 << 20
-SEGMENT_MS = 1000  # both topics': the lake topic's tierer closes its last segments a second after the fill
+SEGMENT_MS = 1000  # the lake topic's after the fill: its tierer closes the last segments a second old
 COMPACTION_MIN_FILES = TopicConfig().lake_compaction_min_files  # the topics' (the default)
 # the lake topic's lake.compaction.lag.ms: its history as compacted as one quiet for longer than the
 # default lag (10 min) is, without waiting that long
@@ -106,13 +106,15 @@ def spark_read_lake(
         zk = cluster.zookeeper
         client = ClusterClient(zk)
         try:
-            segments = {"segment.bytes": str(segment_bytes), "segment.ms": str(SEGMENT_MS)}
+            segments = {"segment.bytes": str(segment_bytes)}
             with Admin(zk) as admin:
                 lake = {"lake.enabled": "true", "lake.compaction.lag.ms": str(COMPACTION_LAG_MS)}
                 admin.create_topic(LAKE, partitions, 1, {**segments, **lake})
                 admin.create_topic(LOG, partitions, 1, segments)
             total = fill_topic(zk, LAKE, records, value_bytes, partitions, batch_records)
             fill_topic(zk, LOG, records, value_bytes, partitions, batch_records)
+            with Admin(zk) as admin:  # quiet from now on: the tierer closes the last segments
+                admin.alter_topic(LAKE, {"segment.ms": str(SEGMENT_MS)})
             ends = lake_progress.high_watermarks(client, LAKE, partitions)
             tiered = lake_progress.wait_tiered(client, LAKE, ends).end
             table = f"{cluster.lake_dir}/{LAKE}"
