@@ -92,4 +92,5 @@ def test_spark_read_lake_reads_every_record_through_delta_and_through_the_source
     assert result["scenario"] == "spark-read" and result["source"] == "lake" and result["records"] == 6_000
     assert (result["lake_rows"], result["tail_rows"]) == (6_000, 0)
     assert result["lake_rows_per_s"] > 0 and result["log_rows_per_s"] > 0 and result["lake_speedup"] > 0
+    assert result["lake_seconds_counted"] > 0 and result["lake_speedup_counted"] > 0
     assert len(result["lake_seconds_all"]) == len(result["log_seconds_all"]) == 1
