@@ -53,8 +53,7 @@ from sparklog.broker.lake.delta_table import table_uri
 from sparklog.datasource import connections
 from sparklog.datasource.offsets import discover
 from sparklog.datasource.options import check_known, parse_read_options
-from sparklog.datasource.reader import TIMESTAMP_TYPES, spark_schema
-from sparklog.datasource.typed import value_type_for
+from sparklog.datasource.reader import TIMESTAMP_TYPES, read_schema
 from sparklog.errors import InvalidRequest
 from sparklog.lake_snapshot import LakeSnapshot, read_snapshot
 from sparklog.names import check_topic_name
@@ -107,7 +106,7 @@ def _plan(options: Mapping[str, str], topic: str) -> _Planned:
         {p: int(info["high_watermark"]) for (_, p), info in listed.items()},
         uri,
         TIMESTAMP_TYPES[client.topic(topic).config.message_timestamp_type],
-        spark_schema(read.include_headers, value_type_for(read)),
+        read_schema(read),
     )
 
 
@@ -173,13 +172,11 @@ def read_topic(spark: SparkSession, topic: str, *, lake_dir: str | None = None, 
         else:
             snapshot = None  # read through Delta's reader, up to the lake offsets
         table = _lake_table(spark, uri, snapshot, lake_parts)
-    if table is None:
-        lake_parts = {}
-    # the log from each boundary (-2: the earliest offset, when read) to the high watermark when called
+    if table is None:  # the sparklog source alone, from the earliest offsets (-2, when read)
+        return _log_part(spark, topic, opts, {p: -2 for p in sorted(planned.latest)}, planned.latest)
+    # the log from each boundary (-2: the earliest offset) to the high watermark when called
     starting = {p: lake_parts.get(p, -2) for p in sorted(planned.latest)}
     ending = {p: max(latest, lake_parts.get(p, 0)) for p, latest in planned.latest.items()}
-    if table is None:
-        return _log_part(spark, topic, opts, starting, ending)
     history = _history(table, planned.schema, topic, planned.timestamp_type)
     if all(ending[p] <= lake_parts.get(p, earliest) for p, earliest in planned.earliest.items()):
         return history  # every record is in the table: no sparklog source

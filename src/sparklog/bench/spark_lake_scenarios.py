@@ -11,9 +11,10 @@ default ``<data dir>/lake``) gets two topics of ``partitions`` partitions and
 until its leader's lake offsets reach the high watermarks (:mod:`sparklog.bench.lake_progress`)
 it is tiered: its tierer closes each partition's last segment once that is a second old, so the
 whole topic is history in its Delta table (the issue's "10M rows of history"; how a topic quiet
-for its ``segment.ms`` stands); then until the tierer's compaction is done (no partition has a run of small files due,
-nor will be once its files are older than the topic's ``lake.compaction.lag.ms``, here 1 s: the
-layout a topic's history has once the partition has been quiet for the lag, 10 min by default). Its segments stay
+for its ``segment.ms`` stands); then until the tierer's compaction is done (no partition has a
+run of small files due, nor will be once its files are older than the topic's
+``lake.compaction.lag.ms``, here 1 s: the layout a topic's history has once the partition has
+been quiet for the lag, 10 min by default). Its segments stay
 on the broker's disk (local retention as total retention); ``read_topic`` reads the log only from
 the lake offsets on either way.
 

@@ -66,6 +66,12 @@ def spark_schema(include_headers: bool, value_type: DataType | None = None) -> S
     return StructType(fields)
 
 
+def read_schema(options: ReadOptions) -> StructType:
+    """What a read with ``options`` declares (``DataSource.schema()``): a typed topic's ``value``
+    struct comes from the cluster's metadata (:func:`sparklog.datasource.typed.value_type_for`)."""
+    return spark_schema(options.include_headers, typed.value_type_for(options))
+
+
 def arrow_schema(schema: StructType) -> pa.Schema:
     """Exactly the Arrow schema Spark checks the first yielded batch against."""
     return to_arrow_schema(schema, timezone="UTC")

@@ -14,7 +14,7 @@ from pyspark.sql.datasource import (
 from pyspark.sql.types import StructType
 
 from sparklog.datasource.options import check_known, parse_read_options, parse_write_options
-from sparklog.datasource.reader import SparklogBatchReader, spark_schema
+from sparklog.datasource.reader import SparklogBatchReader, read_schema
 from sparklog.errors import InvalidRequest
 
 
@@ -30,10 +30,7 @@ class SparklogDataSource(DataSource):
         return "sparklog"
 
     def schema(self) -> StructType:
-        from sparklog.datasource.typed import value_type_for
-
-        read = parse_read_options(self.options)  # called at load(): every read option is checked here
-        return spark_schema(read.include_headers, value_type_for(read))
+        return read_schema(parse_read_options(self.options))  # called at load(): every read option is checked here
 
     def reader(self, schema: StructType) -> DataSourceReader:
         return SparklogBatchReader(parse_read_options(self.options), schema)
