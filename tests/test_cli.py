@@ -30,6 +30,7 @@ from kazoo.exceptions import NoAuthError
 from sparklog.cli.common import CliError, format_table, parse_configs, parse_time, zookeeper_hosts
 from sparklog.cli.consume import format_batch
 from sparklog.coordination.ports import free_port, port_is_open
+from sparklog.coordination.zookeeper_server import four_letter_word
 
 CLI = [sys.executable, "-m", "sparklog.cli.main"]
 
@@ -695,7 +696,8 @@ def test_broker_command_refuses_a_busy_port(chroot: str, tmp_path: Path) -> None
 
 def test_up_secure_runs_a_cluster_only_its_admin_reaches(tmp_path: Path) -> None:
     """``sparklog up --secure``: TLS, SCRAM and ACLs on; the printed client.properties works with
-    --command-config, plaintext and a wrong password are refused, ZooKeeper refuses anonymous writes."""
+    --command-config, plaintext and a wrong password are refused, ZooKeeper refuses anonymous writes
+    (at its root too) and answers no four-letter word that lists its clients."""
     data = tmp_path / "data"
     zk_port = free_port()
     command = [*CLI, "up", "--secure", "--data-dir", str(data), "--broker-port", "0", "--zookeeper-port", str(zk_port)]
@@ -724,9 +726,12 @@ def test_up_secure_runs_a_cluster_only_its_admin_reaches(tmp_path: Path) -> None
         try:
             with pytest.raises(NoAuthError):
                 anonymous.delete("/sparklog/topics/secured", recursive=True)
+            with pytest.raises(NoAuthError):
+                anonymous.create("/intruder", b"")
         finally:
             anonymous.stop()
             anonymous.close()
+        assert "not in the whitelist" in four_letter_word("127.0.0.1", zk_port, "cons")
     finally:
         if proc.poll() is None:
             proc.send_signal(signal.SIGTERM)

@@ -20,6 +20,7 @@ from sparklog.coordination.ports import free_port, port_is_open
 from sparklog.coordination.zookeeper_server import EmbeddedZooKeeper
 from sparklog.errors import BrokerNotAvailable
 from sparklog.security.client_config import load_properties
+from sparklog.security.file_modes import DIRECTORY_MODE, open_for_append, restrict_tree
 from sparklog.security.local_setup import LocalSecurity, prepare
 
 BROKER_START_TIMEOUT_S = 60.0
@@ -49,7 +50,8 @@ def broker_command(
 
 class BrokerProcess:
     """One ``python -m sparklog.broker`` subprocess, restartable on the same port and data dir.
-    Its output goes to ``log_path`` (default: ``broker.log`` in its data dir)."""
+    Its output goes to ``log_path`` (default: ``broker.log`` in its data dir); with ``owner_only``
+    (a secured cluster's broker) its data dir is created 0700 and its log 0600."""
 
     def __init__(
         self,
@@ -67,14 +69,17 @@ class BrokerProcess:
         self.zookeeper = zookeeper
         self.log_path = log_path or data_dir / "broker.log"
         self.extra_args: list[str] = []  # more broker arguments (``--config FILE``)
+        self.owner_only = False
         self.process: subprocess.Popen[bytes] | None = None
         self._log: IO[bytes] | None = None
 
     def start(self) -> None:
         self.data_dir.mkdir(parents=True, exist_ok=True)
+        if self.owner_only:
+            os.chmod(self.data_dir, DIRECTORY_MODE)  # the broker makes what is inside owner-only
         command = broker_command(self.broker_id, self.port, self.data_dir, self.zookeeper, self.lake_dir)
         command += self.extra_args
-        self._log = open(self.log_path, "ab")  # noqa: SIM115 - kept open while the broker runs
+        self._log = open_for_append(self.log_path, self.owner_only)  # kept open while the broker runs
         self._log.write(f"\n=== starting {' '.join(command)}\n".encode())
         self._log.flush()
         self.process = subprocess.Popen(
@@ -153,7 +158,9 @@ class LocalCluster:
         lake_dir: str | os.PathLike[str] | None = None,
     ) -> None:
         """``secure``: TLS, SCRAM and ACLs as ``sparklog up --secure`` sets them up
-        (:mod:`sparklog.security.local_setup`); clients then need :meth:`client_config`.
+        (:mod:`sparklog.security.local_setup`); clients then need :meth:`client_config`. The
+        embedded ZooKeeper is then locked down too (its root, its four-letter words), and everything
+        under ``data_dir`` is owner-only (directories 0700, files 0600).
         ``lake_dir``: the brokers' ``--lake-dir`` (lake-enabled topics' Delta tables; default
         ``<data_dir>/lake``)."""
         self.data_dir = Path(data_dir)
@@ -161,7 +168,9 @@ class LocalCluster:
         self.security: LocalSecurity | None = None
         self.embedded: EmbeddedZooKeeper | None = None
         if zookeeper is None:
-            self.embedded = EmbeddedZooKeeper(self.data_dir / "zookeeper", port=zookeeper_port or free_port())
+            self.embedded = EmbeddedZooKeeper(
+                self.data_dir / "zookeeper", port=zookeeper_port or free_port(), secure=secure
+            )
             zookeeper = self.embedded.connect_string
         self.zookeeper = zookeeper
         self.lake_dir = lake_dir if lake_dir is not None else self.data_dir / "lake"
@@ -193,10 +202,16 @@ class LocalCluster:
         return self
 
     def secure_brokers(self) -> LocalSecurity:
-        """Certificates, users and each broker's properties file (ZooKeeper must be up)."""
-        self.security = prepare(self.data_dir, self.zookeeper, [b.port for b in self.brokers.values()])
+        """Certificates, users and each broker's properties file (ZooKeeper must be up); the data
+        dir made owner-only (brokers keep what they write so: ``log.dirs.owner.only``)."""
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        os.chmod(self.data_dir, DIRECTORY_MODE)  # first: nobody else reaches what is below
+        ports = [b.port for b in self.brokers.values()]
+        self.security = prepare(self.data_dir, self.zookeeper, ports, lock_zookeeper_root=self.embedded is not None)
         for broker in self.brokers.values():
             broker.extra_args = ["--config", str(self.security.broker_config(broker.broker_id, broker.port))]
+            broker.owner_only = True
+        restrict_tree(self.data_dir)  # certificates, an earlier run's data
         return self.security
 
     @property

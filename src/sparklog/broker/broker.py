@@ -52,6 +52,7 @@ from sparklog.security.acl_store import AclCache
 from sparklog.security.authorizer import Authorizer
 from sparklog.security.broker_config import BrokerSecurity, Listener
 from sparklog.security.client_config import load_properties
+from sparklog.security.file_modes import owner_only_files_if
 from sparklog.security.quotas import NO_QUOTA, Quota, QuotaCache
 from sparklog.security.replica_guard import UNKNOWN, ReplicaGuard
 
@@ -755,6 +756,8 @@ def main(
     security = None
     if config_file is not None:
         security = BrokerSecurity.from_properties(load_properties(config_file), host, port)
+    # log.dirs.owner.only: before the broker writes anything (umask 077 reaches every thread's files)
+    owner_only_files_if(security is not None and security.owner_only, data_dir)
     stop_early = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):  # a signal during start-up still stops cleanly
         signal.signal(sig, lambda *_: stop_early.set())

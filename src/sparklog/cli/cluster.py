@@ -224,6 +224,7 @@ def run_up(args: argparse.Namespace) -> int:
         zookeeper_port=args.zookeeper_port or None,
         broker_ports=_broker_ports(args.broker_port, args.brokers),
         log_dir=data_dir,
+        secure=args.secure,
         lake_dir=args.lake_dir,
     )
     problems: list[str] = []

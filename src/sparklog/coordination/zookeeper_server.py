@@ -8,7 +8,9 @@ the client port opens a little before the server is ready, and a client that con
 that gap stalls for its whole session timeout.
 
 Everything the server writes (logs, snapshots, transaction logs, ``zoo.cfg``) stays in the
-data directory; the server log is ``<data_dir>/zookeeper.log``.
+data directory; the server log is ``<data_dir>/zookeeper.log``. A ``secure`` server (the one of a
+secured cluster) answers only the ``ruok`` and ``srvr`` four-letter words, and keeps its data
+directory readable by its owner only: its snapshots and transaction log hold users' stored keys.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from types import TracebackType
 
 from sparklog.child_process import preexec
 from sparklog.coordination.ports import free_port, port_is_open
+from sparklog.security.file_modes import DIRECTORY_MODE, OWNER_ONLY_UMASK, open_for_append, restrict_tree
 
 __all__ = [
     "CLASSPATH_ENV",
@@ -60,6 +63,11 @@ _DEFAULT_JVM_OPTIONS: tuple[str, ...] = (
     "-Dzookeeper.jmx.log4j.disable=true",
     "-Dzookeeper.admin.enableServer=false",
 )
+
+FOUR_LETTER_WORDS = "ruok,srvr,stat,mntr,cons"
+"""The four-letter words a server answers (``cons`` lists clients: tests map connections to processes)."""
+SECURE_FOUR_LETTER_WORDS = "ruok,srvr"
+"""Those of a ``secure`` server: ``stat``, ``mntr`` and ``cons`` would tell anyone its clients' addresses."""
 
 _LOG4J_PROPERTIES = """\
 # Written by sparklog EmbeddedZooKeeper (Debian ZooKeeper logs through log4j 1.2).
@@ -199,6 +207,7 @@ class EmbeddedZooKeeper:
         *,
         tick_time_ms: int = 500,
         jvm_options: Sequence[str] = (),
+        secure: bool = False,
     ) -> None:
         """Configure (but do not start) a server storing its state in ``data_dir``.
 
@@ -206,12 +215,15 @@ class EmbeddedZooKeeper:
         session ends within one tick of its timeout (a 2 s tick could add 2 s to every failover).
         Session timeouts from 2 ticks up to 60 s are accepted.
         ``jvm_options`` are appended to the default JVM options (small heap, serial GC).
+        ``secure``: a secured cluster's server: only the ``ruok`` and ``srvr`` four-letter words, and
+        ``data_dir`` owner-only (directories 0700, files 0600: the JVM runs with umask 077).
         """
         self.data_dir = Path(data_dir).resolve()
         self.port = int(port) or free_port()  # 0: any free port
         self.host = host
         self.tick_time_ms = int(tick_time_ms)
         self.jvm_options = tuple(jvm_options)
+        self.secure = secure
         self.startup_seconds: float | None = None
         """Seconds from the last ``start()`` call until the server was ready."""
         self._proc: subprocess.Popen[bytes] | None = None
@@ -269,12 +281,16 @@ class EmbeddedZooKeeper:
             )
 
         self.data_dir.mkdir(parents=True, exist_ok=True)
+        if self.secure:
+            os.chmod(self.data_dir, DIRECTORY_MODE)  # first: nobody else reaches what is below
         self._write_config()
         command = [java, *self._jvm_arguments(), "-cp", classpath, MAIN_CLASS, str(self.config_path)]
-        with open(self.log_path, "ab") as log:
+        with open_for_append(self.log_path, owner_only=self.secure) as log:
             log.write(f"\n=== sparklog EmbeddedZooKeeper starting: {' '.join(command)}\n".encode())
             log.flush()
             self._log_offset = log.tell()
+            if self.secure:
+                restrict_tree(self.data_dir)  # what an earlier run and this one wrote
             self._proc = subprocess.Popen(
                 command,
                 stdin=subprocess.DEVNULL,
@@ -283,6 +299,7 @@ class EmbeddedZooKeeper:
                 cwd=self.data_dir,
                 start_new_session=True,  # own process group: signals go to the JVM only
                 preexec_fn=preexec(),  # and it goes away with its parent, even after a kill -9
+                umask=OWNER_ONLY_UMASK if self.secure else -1,
             )
         self._finalizer = weakref.finalize(self, _kill_at_exit, self._proc)
         try:
@@ -329,7 +346,8 @@ class EmbeddedZooKeeper:
 
     def __repr__(self) -> str:
         state = f"running pid={self.pid}" if self.is_running() else "stopped"
-        return f"EmbeddedZooKeeper({self.connect_string}, data_dir={str(self.data_dir)!r}, {state})"
+        secure = ", secure" if self.secure else ""
+        return f"EmbeddedZooKeeper({self.connect_string}, data_dir={str(self.data_dir)!r}{secure}, {state})"
 
     # ----------------------------------------------------------------- internals
 
@@ -382,7 +400,7 @@ class EmbeddedZooKeeper:
             "clientPort": str(self.port),
             "clientPortAddress": self.host,
             "admin.enableServer": "false",
-            "4lw.commands.whitelist": "ruok,srvr,stat,mntr,cons",
+            "4lw.commands.whitelist": SECURE_FOUR_LETTER_WORDS if self.secure else FOUR_LETTER_WORDS,
             # Every client of an embedded server comes from the same IP: lift the default cap of 60.
             "maxClientCnxns": "0",
             # Keep a long-lived data dir bounded: purge old snapshots/txn logs every hour.

@@ -15,6 +15,9 @@ properties file (``sparklog broker --config server.properties``):
   identity may change (:mod:`sparklog.security.zookeeper_acls`).
 - ``authorizer.enabled``: ``true`` to check ACLs (ZooKeeper, ``sparklog acls``) on every call;
   then a call that no ACL allows is refused (Kafka's ``allow.everyone.if.no.acl.found=false``).
+- ``log.dirs.owner.only``: ``true`` to keep the data owner-only: the broker runs with umask 077
+  (segments, indexes, Delta tables created 0600 in 0700 directories) and makes its data directory
+  so on start (:mod:`sparklog.security.file_modes`; ``sparklog up --secure`` sets it).
 - ``security.inter.broker.protocol``: the listener brokers use among themselves (default
   PLAINTEXT); with SASL, ``inter.broker.sasl.username`` / ``inter.broker.sasl.password`` are the
   credentials this broker authenticates with (its principal, registered in ZooKeeper).
@@ -88,6 +91,7 @@ class BrokerSecurity:
     inter_broker: ClientSecurity = ClientSecurity()
     authorizer: bool = False
     zookeeper_digest: ZooKeeperDigest | None = None
+    owner_only: bool = False
 
     @classmethod
     def plaintext(cls, host: str, port: int) -> BrokerSecurity:
@@ -131,9 +135,8 @@ class BrokerSecurity:
         super_users = frozenset(
             parse_principal(p.strip()) for p in properties.get("super.users", "").split(";") if p.strip()
         )
-        authorizer = properties.get("authorizer.enabled", "false").lower()
-        if authorizer not in ("true", "false"):
-            raise InvalidConfig(f"authorizer.enabled must be true or false, got {authorizer!r:.40}")
+        authorizer = _boolean(properties, "authorizer.enabled")
+        owner_only = _boolean(properties, "log.dirs.owner.only")
         protocol = properties.get("security.inter.broker.protocol", "PLAINTEXT").upper()
         if protocol not in (listener.protocol for listener in listeners):
             raise InvalidConfig(f"security.inter.broker.protocol is {protocol} but no listener uses it")
@@ -160,8 +163,9 @@ class BrokerSecurity:
             mechanisms,
             super_users,
             inter_broker,
-            authorizer == "true",
+            authorizer,
             ZooKeeperDigest.parse(properties["zookeeper.digest"]) if properties.get("zookeeper.digest") else None,
+            owner_only,
         )
 
     @property
@@ -180,3 +184,10 @@ class BrokerSecurity:
 
     def pem(self, location: str | None) -> bytes | None:
         return Path(location).read_bytes() if location else None
+
+
+def _boolean(properties: Mapping[str, str], setting: str) -> bool:
+    value = properties.get(setting, "false").lower()
+    if value not in ("true", "false"):
+        raise InvalidConfig(f"{setting} must be true or false, got {value!r:.40}")
+    return value == "true"

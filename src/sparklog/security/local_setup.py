@@ -1,8 +1,9 @@
 """What ``sparklog up --secure`` sets up under its data directory (``<data-dir>/security``): a CA
 and a broker certificate, random passwords for the ``admin`` super user, the brokers' own user and
 ZooKeeper's digest, the users in ZooKeeper, each broker's properties file (one SASL_SSL listener,
-ACLs on, ZooKeeper locked down) and ``<data-dir>/client.properties`` for ``admin``. Files holding
-secrets are readable by their owner only. Run again on the same directory, it reuses them."""
+ACLs on, ZooKeeper locked down, data owner-only) and ``<data-dir>/client.properties`` for
+``admin``. Files holding secrets are readable by their owner only. Run again on the same
+directory, it reuses them."""
 
 from __future__ import annotations
 
@@ -12,10 +13,11 @@ import secrets
 from pathlib import Path
 
 from sparklog.coordination.cluster import ClusterMetadata
+from sparklog.coordination.zk_layout import split_connect_string
 from sparklog.security.certificates import CertificateAuthority, CertificateFiles
 from sparklog.security.client_config import load_properties
 from sparklog.security.credential_store import CredentialStore
-from sparklog.security.zookeeper_acls import ZooKeeperDigest
+from sparklog.security.zookeeper_acls import ZooKeeperDigest, lock_root
 
 ADMIN = "admin"
 BROKER_USER = "broker"
@@ -59,14 +61,19 @@ class LocalSecurity:
             "super.users": f"User:{ADMIN};User:{BROKER_USER}",
             "authorizer.enabled": "true",
             "zookeeper.digest": f"sparklog:{self.passwords['zookeeper']}",
+            "log.dirs.owner.only": "true",
         }
         _write_private(path, _properties(settings))
         return path
 
 
-def prepare(data_dir: Path, zookeeper: str, broker_ports: list[int]) -> LocalSecurity:
+def prepare(
+    data_dir: Path, zookeeper: str, broker_ports: list[int], lock_zookeeper_root: bool = False
+) -> LocalSecurity:
     """Certificates, passwords, users and client settings for a local secured cluster whose
-    ZooKeeper is running at ``zookeeper`` and whose brokers listen on ``broker_ports``."""
+    ZooKeeper is running at ``zookeeper`` and whose brokers listen on ``broker_ports``.
+    ``lock_zookeeper_root``: that ZooKeeper is the cluster's own (``sparklog up`` started it): only
+    sparklog's digest identity may create znodes at its root (:func:`lock_root`)."""
     directory = data_dir / "security"
     directory.mkdir(parents=True, exist_ok=True)
     secrets_file = directory / "secrets.properties"
@@ -95,6 +102,8 @@ def prepare(data_dir: Path, zookeeper: str, broker_ports: list[int]) -> LocalSec
         ),
     )
     setup = LocalSecurity(directory, ca_files, broker, passwords, client_properties)
+    if lock_zookeeper_root:  # before sparklog's tree is created: nobody else gets in first
+        lock_root(split_connect_string(zookeeper)[0], setup.zookeeper_digest)
     with ClusterMetadata(zookeeper, digest=setup.zookeeper_digest) as meta:
         store = CredentialStore(meta.zk, meta.layout)
         for user in (ADMIN, BROKER_USER):

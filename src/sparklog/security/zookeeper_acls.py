@@ -1,7 +1,8 @@
 """ZooKeeper locked down: brokers and admin tools authenticate to ZooKeeper with a digest
 (``user:password``) and create sparklog's znodes so that only that identity may change them;
 anyone else may read them, except users' credentials, which only it may read (Kafka's
-``zookeeper.set.acl``).
+``zookeeper.set.acl``). The ZooKeeper a secured local cluster runs for itself has its root locked
+the same way (:func:`lock_root`): nobody else may create znodes beside sparklog's.
 
 Brokers take ``zookeeper.digest=user:password`` in their properties file; admin tools run next to
 ZooKeeper take env ``SPARKLOG_ZOOKEEPER_DIGEST``. Clients need neither: they talk to brokers
@@ -62,6 +63,19 @@ def private_acl(zk: KazooClient) -> list[ACL] | None:
         if scheme == "digest":
             return ZooKeeperDigest.parse(credential).private_acl
     return None
+
+
+def lock_root(hosts: str, digest: ZooKeeperDigest, timeout: float = 10.0) -> None:
+    """Give the root znode of the ZooKeeper at ``hosts`` (no chroot) ``digest``'s default ACL: the
+    world may list and read it but not create znodes there, ``digest`` may do anything. Its children
+    keep their own ACLs (ZooKeeper's ``/zookeeper`` among them): only for a ZooKeeper sparklog owns."""
+    zk = KazooClient(hosts=hosts, timeout=timeout, **client_options(digest))
+    zk.start(timeout=timeout)
+    try:
+        zk.set_acls("/", digest.default_acl)
+    finally:
+        zk.stop()
+        zk.close()
 
 
 def client_options(digest: ZooKeeperDigest | None) -> dict[str, object]:
