@@ -23,7 +23,7 @@ from kazoo.exceptions import KazooException
 from kazoo.handlers.threading import KazooTimeoutError
 
 from sparklog import wire
-from sparklog.broker.call_permissions import CLUSTER, GROUP, TOPIC, TRANSACTIONAL_ID, UNRESTRICTED, CallPermissions
+from sparklog.broker.call_permissions import GROUP, TOPIC, UNRESTRICTED, CallPermissions
 from sparklog.broker.group_members import GroupMembers
 from sparklog.coordination.cluster import (
     NUM_PARTITIONS_MAX,
@@ -162,9 +162,10 @@ class ClusterRequests:
         }
 
     def answer(self, action: str, request: dict[str, Any], may: CallPermissions = UNRESTRICTED) -> dict[str, Any]:
-        """The answer to one of :attr:`actions`, for a caller with permissions ``may`` (each action
-        checks Kafka's ACLs for it: Describe to see a topic or group, Read on the group and the
-        topic to commit, Create/Delete/Alter to administer a topic)."""
+        """The answer to one of :attr:`actions`. What an action needs is checked before it comes
+        here (:mod:`sparklog.broker.call_authorization`); ``may`` is the caller's permissions for
+        what Kafka also decides item by item: a listing leaves out the topics and groups the caller
+        may not Describe, and a named topic it may not Describe is answered with its own error."""
         with _zookeeper_errors():
             return self.actions[action](request, may)
 
@@ -210,11 +211,9 @@ class ClusterRequests:
     # ----------------------------------------------------------------- group offsets
     def offset_commit(self, request: dict[str, Any], may: CallPermissions) -> dict[str, Any]:
         group = check_group_id(request.get("group"))
-        may.check(Operation.READ, GROUP, group)
         by_topic = _map(request, "offsets", MAX_OFFSETS)
         offsets: dict[tuple[str, int], int] = {}
         for topic, parts in by_topic.items():
-            may.check(Operation.READ, TOPIC, check_topic_name(topic))
             if not isinstance(parts, dict):
                 raise InvalidRequest(f"'offsets' of topic {topic!r} must be a JSON object of partition: offset")
             for p in parts:
@@ -226,10 +225,9 @@ class ClusterRequests:
 
     def offset_fetch(self, request: dict[str, Any], may: CallPermissions) -> dict[str, Any]:
         group = check_group_id(request.get("group"))
-        may.check(Operation.DESCRIBE, GROUP, group)
         topic = request.get("topic")
         if topic is not None:
-            may.check(Operation.DESCRIBE, TOPIC, check_topic_name(topic))
+            check_topic_name(topic)
         out: dict[str, dict[str, int]] = {}
         for (t, p), offset in sorted(self.cluster.committed_offsets(group, topic).items()):
             if topic is None and not may.allowed(Operation.DESCRIBE, TOPIC, t):
@@ -243,7 +241,6 @@ class ClusterRequests:
     def describe_group(self, request: dict[str, Any], may: CallPermissions) -> dict[str, Any]:
         """The group's live members by the topics they read (Describe on the group)."""
         group = check_group_id(request.get("group"))
-        may.check(Operation.DESCRIBE, GROUP, group)
         members = self.cluster.group_members(group)
         return {"members": [{"topics": list(topics), "members": ids} for topics, ids in sorted(members.items())]}
 
@@ -252,14 +249,12 @@ class ClusterRequests:
         """Kafka's JoinGroup: Read on the group and on every topic; the partitions are
         ``"<topic>:<partition>"`` of those topics, each existing."""
         group = check_group_id(request.get("group"))
-        may.check(Operation.READ, GROUP, group)
         topics = request.get("topics")
         if not isinstance(topics, list) or not 0 < len(topics) <= MAX_TOPICS:
             raise InvalidRequest(f"'topics' must be a list of 1 to {MAX_TOPICS} topic names")
         counts: dict[str, int] = {}
         for name in topics:
-            may.check(Operation.READ, TOPIC, check_topic_name(name))
-            counts[name] = self.topic_metadata(name).partitions  # UnknownTopic
+            counts[check_topic_name(name)] = self.topic_metadata(name).partitions  # UnknownTopic
         items = request.get("partitions")
         if not isinstance(items, list) or not 0 < len(items) <= MAX_MEMBER_PARTITIONS:
             raise InvalidRequest(f"'partitions' must be a list of 1 to {MAX_MEMBER_PARTITIONS} '<topic>:<partition>'")
@@ -276,20 +271,16 @@ class ClusterRequests:
 
     def group_heartbeat(self, request: dict[str, Any], may: CallPermissions) -> dict[str, Any]:
         group = check_group_id(request.get("group"))
-        may.check(Operation.READ, GROUP, group)
         return self.members.heartbeat(group, request.get("member_id"), _bool(request, "released"))
 
     def leave_group(self, request: dict[str, Any], may: CallPermissions) -> dict[str, Any]:
         group = check_group_id(request.get("group"))
-        may.check(Operation.READ, GROUP, group)
         self.members.leave(group, request.get("member_id"))
         return {}
 
     # ----------------------------------------------------------------- topic administration
     def create_topic(self, request: dict[str, Any], may: CallPermissions) -> dict[str, Any]:
         name = check_topic_name(request.get("name"))
-        if not may.allowed(Operation.CREATE, CLUSTER):  # Kafka: Create on the cluster or on the topic
-            may.check(Operation.CREATE, TOPIC, name)
         schema = request.get("value_schema")
         if schema is not None and not (isinstance(schema, str | dict) and len(str(schema)) <= MAX_SCHEMA_CHARS):
             raise InvalidRequest("'value_schema' must be Avro schema JSON (text or object) of at most 1 MiB")
@@ -305,13 +296,11 @@ class ClusterRequests:
 
     def delete_topic(self, request: dict[str, Any], may: CallPermissions) -> dict[str, Any]:
         name = check_topic_name(request.get("name"))
-        may.check(Operation.DELETE, TOPIC, name)
         self.cluster.delete_topic(name, internal=_bool(request, "internal"))
         return {}
 
     def alter_configs(self, request: dict[str, Any], may: CallPermissions) -> dict[str, Any]:
         name = check_topic_name(request.get("name"))
-        may.check(Operation.ALTER, TOPIC, name)
         if request.get("configs") is None:
             raise InvalidRequest("request is missing 'configs'")
         meta = self.cluster.alter_topic_configs(name, _configs(request), internal=_bool(request, "internal"))
@@ -319,7 +308,6 @@ class ClusterRequests:
 
     def register_schema(self, request: dict[str, Any], may: CallPermissions) -> dict[str, Any]:
         topic = check_topic_name(request.get("topic"))
-        may.check(Operation.ALTER, TOPIC, topic)
         schema = request.get("schema")
         if not isinstance(schema, str | dict) or len(str(schema)) > MAX_SCHEMA_CHARS:
             raise InvalidRequest("'schema' must be Avro schema JSON (text or object) of at most 1 MiB")
@@ -332,7 +320,6 @@ class ClusterRequests:
         """Reads (Describe) or changes (Write) the state of a sink, whose id is its transactional id."""
         op = request.get("op")
         sink = check_transactional_id(request.get("sink"))
-        may.check(Operation.DESCRIBE if op == "read" else Operation.WRITE, TRANSACTIONAL_ID, sink)
         if op == "read":
             state, version = self.sinks.read(sink)
             return {"state": state, "version": version}

@@ -1,6 +1,6 @@
 """A broker's Flight servers, one per listener (``listeners`` in the broker's config): TLS on the
 ``SSL`` and ``SASL_SSL`` ones, the SCRAM/PLAIN handshake on the ``SASL_*`` ones, checked against
-the users in ZooKeeper."""
+the users in ZooKeeper; a session lasts while its user keeps the credential it logged in with."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from sparklog.broker.server import BrokerServer, CallThrottle, ListenerTls
 from sparklog.coordination.zk_layout import ZkLayout
 from sparklog.security.authorizer import Authorizer
 from sparklog.security.broker_config import BrokerSecurity, Listener
-from sparklog.security.credential_store import CredentialStore, KnownUsers
+from sparklog.security.credential_store import CredentialStore, CredentialWatch
 from sparklog.security.replica_guard import ReplicaGuard
 from sparklog.security.scram import SaslServerAuth, SessionTokens
 
@@ -55,13 +55,12 @@ def open_listeners(
 ) -> list[tuple[Listener, BrokerServer]]:
     """Bind every listener (serving from then on); each with the port it got. ``authorizer``: the
     ACL check of every call (None: none); ``throttle``: client quotas (None: none)."""
-    auth = None
+    auth, sessions = None, None
     if security.authenticates:
         store = CredentialStore(zk, layout)
-        known = KnownUsers(zk, layout)
-        auth = SaslServerAuth(
-            store.credential, known.__contains__, SessionTokens(session_secret(data_dir)), security.mechanisms
-        )
+        sessions = CredentialWatch(zk, layout)
+        tokens = SessionTokens(session_secret(data_dir))
+        auth = SaslServerAuth(store.versioned_credential, sessions, tokens, security.mechanisms, store.scram_secret())
     tls = None
     if any(listener.tls for listener in security.listeners):
         certificate, key = security.pem(security.certificate_location), security.pem(security.key_location)
@@ -79,6 +78,7 @@ def open_listeners(
                 guard,
                 authorizer,
                 throttle,
+                sessions if listener.sasl else None,
             )
             opened.append((Listener(listener.protocol, listener.host, server.port), server))
     except BaseException:

@@ -117,6 +117,7 @@ class ProduceRequestStream:
         self.acks = acks
         self.stopping = stopping
         self._may_write: Callable[[str], None] = lambda _topic: None
+        self._session: Callable[[], None] = lambda: None
 
     def serve(
         self,
@@ -124,12 +125,16 @@ class ProduceRequestStream:
         writer: flight.FlightMetadataWriter,
         may_write: Callable[[str], None] = lambda _topic: None,
         throttled: Callable[[int], float] = lambda _size: 0.0,
+        session: Callable[[], None] = lambda: None,
     ) -> None:
         """``may_write(topic)``: raises AuthorizationFailed if the caller may not write ``topic``
         (that batch fails alone, as any refused batch). ``throttled(size)``: makes the request wait
         while the producer is over its byte rate (client quotas), returning the seconds it waited;
-        called with each request's bytes before its answer, which then says ``"throttle_ms"``."""
+        called with each request's bytes before its answer, which then says ``"throttle_ms"``.
+        ``session()``: raises once the caller's session has ended (its user removed, its password
+        changed), checked before each batch: the error ends the whole stream."""
         self._may_write = may_write
+        self._session = session
         answers = None
         if self.acks == "all":  # answered by their own thread, in order, while the next ones append
             answers = PipelinedAnswers(self._answer, writer.write, "sparklog-produce-answers")
@@ -152,6 +157,7 @@ class ProduceRequestStream:
         size = 0
         failed: dict[tuple[str, str], SparklogError] = {}  # a partition's first failed batch in the request
         for batch, metadata in record_batches(reader):
+            self._session()
             if metadata is None or not metadata.size:
                 raise InvalidRequest("every batch of a multi-partition produce request needs its app metadata")
             meta = _metadata(metadata)

@@ -23,6 +23,7 @@ broker write without bound).
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -122,10 +123,14 @@ def read_range(source: Partition, first: int, last: int, max_bytes: int) -> pa.R
     return data.drop_columns(["offset"]).replace_schema_metadata(None)
 
 
-def copy_records(broker: Broker, request: dict[str, Any]) -> dict[str, Any]:
+def copy_records(
+    broker: Broker, request: dict[str, Any], entering: Callable[[int], object] = lambda _size: None
+) -> dict[str, Any]:
     """Run one ``copy_records`` request (see the module docs); the result per slice, in order:
     ``{"base_offset", "last_offset", "count"}``, offsets -1 for a slice stored before. Past
-    ``MAX_COPY_BYTES`` the results stop early (fewer results than slices: send the rest again)."""
+    ``MAX_COPY_BYTES`` the results stop early (fewer results than slices: send the rest again).
+    ``entering(size)``: told each slice's bytes before they are appended (the caller's producer
+    quota makes it wait there, as for a produce)."""
     source_topic, source_p = request.get("topic"), request.get("partition")
     if not isinstance(source_topic, str) or not wire.is_int64(source_p):
         raise InvalidRequest(
@@ -150,6 +155,7 @@ def copy_records(broker: Broker, request: dict[str, Any]) -> dict[str, Any]:
         target = targets[(piece.topic, piece.partition)]
         data = read_range(source, piece.first, piece.last, target.log.config.max_message_bytes)
         copied += data.nbytes
+        entering(data.nbytes)
         value_schemas = broker.value_schemas.get(piece.topic)
         if value_schemas:
             data = conform_produced(data, value_schemas, piece.schema_version)

@@ -24,8 +24,9 @@ import pyarrow as pa
 import pyarrow.flight as flight
 
 from sparklog import fetch_columns, wire
+from sparklog.broker.call_authorization import Acl, AnyOf, AsReplica, Call, Need, call_type, needs
 from sparklog.broker.call_limits import DEFAULT_MAX_CALLS_PER_IP, MIDDLEWARE_KEY, CallLimits, admit
-from sparklog.broker.call_permissions import CLUSTER, TOPIC, CallPermissions, permissions, principal
+from sparklog.broker.call_permissions import TOPIC, CallPermissions, permissions, principal
 from sparklog.broker.consumer_messages import _coalesced as _coalesced  # tests use it from here
 from sparklog.broker.consumer_messages import consumer_messages
 from sparklog.broker.fetch_follower import FetchFollower, next_offset
@@ -50,6 +51,7 @@ from sparklog.names import check_topic_name
 from sparklog.security.acls import Operation
 from sparklog.security.authorizer import Authorizer
 from sparklog.security.replica_guard import ReplicaGuard
+from sparklog.security.scram import CredentialVersions
 
 if TYPE_CHECKING:
     from sparklog.broker.broker import Broker
@@ -148,10 +150,29 @@ def _throttled_messages(messages: Iterator[Any], throttled: Throttled) -> Iterat
 
 def _checked_messages(messages: Iterator[Any], check: Callable[[], None]) -> Iterator[Any]:
     """A consumer fetch's messages, each sent only if the caller may still read (an open stream
-    ends with the authorization error as soon as its Read ACL goes, however long it stays open)."""
+    ends with the authorization error as soon as its Read ACL goes or its session ends, however
+    long it stays open); checked once more at the end, so a stream its wait ended for a
+    revocation (:func:`_gone_or_revoked`) ends with the error too."""
     for message in messages:
         check()
         yield message
+    check()
+
+
+def _gone_or_revoked(context: flight.ServerCallContext, check: Callable[[], None]) -> Callable[[], bool]:
+    """What a waiting fetch asks every ``WAIT_SLICE_S``: its client went away, or it may no longer
+    read (so a revocation ends an idle stream within about a second, not at its next record)."""
+
+    def gone() -> bool:
+        if context.is_cancelled():
+            return True
+        try:
+            check()
+        except SparklogError:
+            return True
+        return False
+
+    return gone
 
 
 class BrokerServer(flight.FlightServerBase):
@@ -167,11 +188,14 @@ class BrokerServer(flight.FlightServerBase):
         replica_guard: ReplicaGuard | None = None,
         authorizer: Authorizer | None = None,
         throttle: CallThrottle | None = None,
+        sessions: CredentialVersions | None = None,
     ) -> None:
         """``tls``: the listener's certificate (and the CA client certificates must chain to, for
         mutual TLS); ``auth_handler``: SASL on this listener; ``replica_guard``: who may fetch as a
         replica (None: anyone, the single-host default); ``authorizer``: ACLs checked on every call
-        (None: every call may do everything); ``throttle``: client quotas (None: none)."""
+        (None: every call may do everything); ``throttle``: client quotas (None: none);
+        ``sessions``: the users' credential versions a SASL session is checked against at each
+        call and each message of an open stream."""
         self.limits = CallLimits(max_calls_per_ip)
         options: dict[str, Any] = {}
         if tls is not None:
@@ -184,18 +208,42 @@ class BrokerServer(flight.FlightServerBase):
         self.replica_guard = replica_guard
         self.authorizer = authorizer
         self.throttle = throttle
+        self.sessions = sessions
         self.sasl = auth_handler is not None  # else a caller is named by its client certificate, if any
         self.stopping = False
 
-    def _check_replica(self, context: flight.ServerCallContext, replica_id: object) -> None:
-        """A fetch naming a replica: only that broker may send it (and brokers need ClusterAction)."""
-        if isinstance(replica_id, int) and replica_id >= 0:
-            if self.replica_guard is not None:
-                self.replica_guard.check(principal(context, self.sasl), replica_id)
-            self._may(context).check(Operation.CLUSTER_ACTION, CLUSTER)
-
     def _may(self, context: flight.ServerCallContext) -> CallPermissions:
-        return permissions(context, self.authorizer, self.sasl)
+        return permissions(context, self.authorizer, self.sasl, self.sessions)
+
+    def _authorize(
+        self, context: flight.ServerCallContext, call: Call, request: dict[str, Any], action: str = ""
+    ) -> tuple[CallPermissions, Callable[[], None]]:
+        """Refuses the call unless its caller has everything its row of the call table needs
+        (:mod:`sparklog.broker.call_authorization`); the caller's permissions, and what checks the
+        same again (an open stream's, before each message)."""
+        may = self._may(context)
+        needed = needs(call, call_type(call, request, action), request)
+
+        def enforce() -> None:
+            may.check_session()
+            for need in needed:
+                self._enforce(context, may, need)
+
+        enforce()
+        return may, enforce
+
+    def _enforce(self, context: flight.ServerCallContext, may: CallPermissions, need: Need) -> None:
+        if isinstance(need, Acl):
+            may.check(need.operation, need.resource_type, need.name)
+        elif isinstance(need, AnyOf):
+            if not any(may.allowed(o.operation, o.resource_type, o.name) for o in need.options):
+                last = need.options[-1]
+                may.check(last.operation, last.resource_type, last.name)
+        elif isinstance(need, AsReplica):
+            if self.replica_guard is not None:
+                self.replica_guard.check(principal(context, self.sasl), need.replica_id)
+        else:  # a new kind of need nobody taught the server: refuse rather than allow
+            raise InvalidRequest(f"the broker cannot check {need!r:.100}")
 
     def _throttler(self, context: flight.ServerCallContext) -> Throttled:
         """What makes this call wait while its principal is over a quota (Kafka delays the response):
@@ -240,29 +288,28 @@ class BrokerServer(flight.FlightServerBase):
             if acks not in ("0", "1", "all", "-1"):
                 raise InvalidRequest(f"acks must be 0, 1 or all, got {acks!r}")
             acks = "all" if acks == "-1" else acks
+            may, recheck = self._authorize(context, Call.PUT, request)
             throttled = self._throttler(context)
             throttled("request", 1)
             if request.get("type") == wire.PRODUCE_MANY:
-                may = self._may(context)
                 stream = ProduceRequestStream(self.broker, acks, lambda: self.stopping)
                 stream.serve(
                     reader,
                     writer,
                     lambda topic: may.check(Operation.WRITE, TOPIC, topic),
                     lambda size: throttled("produce", size),
+                    recheck,  # the row needs nothing more: the session
                 )
                 return
-            if request.get("type") != wire.PRODUCE:
-                raise InvalidRequest(f"unknown put type {request.get('type')!r}")
             topic, p = _topic(request), _int(request, "partition")
             producer_id = _int(request, "producer_id", -1)
             sequence = _int(request, "first_sequence", -1)
             writer_version = request.get("schema_version")
             if writer_version is not None and not isinstance(writer_version, int):
                 raise InvalidRequest(f"'schema_version' must be an integer, got {writer_version!r}")
-            self._may(context).check(Operation.WRITE, TOPIC, topic)
             self.broker.leader_partition(topic, p, for_write=True)
             for data, metadata in record_batches(reader):
+                recheck()  # an open stream: the caller may still write, its session still holds
                 throttled("produce", data.get_total_buffer_size())
                 if self.stopping:
                     raise NotLeader(f"broker {self.broker.broker_id} is shutting down")
@@ -282,24 +329,19 @@ class BrokerServer(flight.FlightServerBase):
         with _errors_as_flight("a fetch request"):
             admit(context)
             request = _parse(ticket.ticket)
+            may, recheck = self._authorize(context, Call.GET, request)
             if request.get("type") == REPLICA_FETCH:
-                self._check_replica(context, request.get("replica_id"))
                 return self._replica_fetch(request, context)
             throttled = self._throttler(context)
             if request.get("type") == FETCH_MANY:
-                may = self._may(context)
-                topic = check_topic_name(request.get("topic"))
-                may.check(Operation.READ, TOPIC, topic)
                 throttled("request", 1)
-                return self._multi_fetch(request, context, throttled, self._read_check(may, topic))
+                return self._multi_fetch(request, context, throttled, recheck)
             topic, p = _topic(request), _int(request, "partition")
             offset = _int(request, "offset")
             max_bytes = min(max(_int(request, "max_bytes", 8 << 20), 1), MAX_FETCH_BYTES)
             max_wait_ms = min(max(_int(request, "max_wait_ms", 0), 0), MAX_WAIT_MS)
-            replica_id = _int(request, "replica_id", -1)
-            self._check_replica(context, replica_id)
+            replica_id = _int(request, "replica_id", -1)  # -1 or a broker's own (checked)
             if replica_id < 0:
-                self._may(context).check(Operation.READ, TOPIC, topic)
                 throttled("request", 1)
             else:
                 throttled = _unthrottled  # replicas are never throttled
@@ -315,10 +357,9 @@ class BrokerServer(flight.FlightServerBase):
             read = plog.read_stored if replica_id >= 0 else functools.partial(self.broker.union_read.read, partition)
             upto = partition.fetch_range_end(replica_id, offset, epoch if isinstance(epoch, int) else None)
             stored = read(offset, max_bytes, upto=upto)
+            gone = context.is_cancelled if replica_id >= 0 else _gone_or_revoked(context, recheck)
             if not stored and max_wait_ms > 0:
-                partition.await_records(
-                    offset, max_wait_ms / 1000, replica_id >= 0, lambda: self.stopping, context.is_cancelled
-                )
+                partition.await_records(offset, max_wait_ms / 1000, replica_id >= 0, lambda: self.stopping, gone)
                 upto = partition.fetch_range_end(replica_id, offset, epoch if isinstance(epoch, int) else None)
                 stored = read(offset, max_bytes, upto=upto)
             value_schemas = self.broker.value_schemas.get(topic)
@@ -347,13 +388,13 @@ class BrokerServer(flight.FlightServerBase):
                     value_schemas,
                     lambda: self.broker.value_schemas.get(topic),
                     lambda: self.stopping,
-                    context.is_cancelled,
+                    gone,
                 )
             responses = self._fetch_stream(partition, stored, schema, convert, replica_id >= 0, plan, follower)
             if throttled is not _unthrottled:
                 responses = _throttled_messages(responses, throttled)
-            if replica_id < 0 and (check := self._read_check(self._may(context), topic)) is not None:
-                responses = _checked_messages(responses, check)
+            if replica_id < 0:
+                responses = _checked_messages(responses, recheck)
             return flight.GeneratorStream(schema, _guarded("a fetch response", responses))
 
     def _replica_fetch(self, request: dict[str, Any], context: flight.ServerCallContext) -> flight.FlightDataStream:
@@ -368,19 +409,12 @@ class BrokerServer(flight.FlightServerBase):
         )
         return flight.GeneratorStream(ENVELOPE, _guarded("a replica fetch", response.messages(request)))
 
-    def _read_check(self, may: CallPermissions, topic: str) -> Callable[[], None] | None:
-        """What checks, before each message of an open consumer fetch, that its caller may still
-        read ``topic`` (None without an authorizer: nothing to check)."""
-        if self.authorizer is None:
-            return None
-        return lambda: may.check(Operation.READ, TOPIC, topic)
-
     def _multi_fetch(
         self,
         request: dict[str, Any],
         context: flight.ServerCallContext,
         throttled: Throttled,
-        read_check: Callable[[], None] | None,
+        recheck: Callable[[], None],
     ) -> flight.FlightDataStream:
         """A consumer's fetch of many partitions of one topic, one stream (``sparklog.multi_fetch``)."""
         response = MultiFetchResponse(
@@ -389,13 +423,12 @@ class BrokerServer(flight.FlightServerBase):
             self.broker.changes,
             self.broker.value_schemas.get,
             lambda: self.stopping,
-            context.is_cancelled,
+            _gone_or_revoked(context, recheck),
         )
         schema, messages = response.open(request)
         if throttled is not _unthrottled:
             messages = _throttled_messages(messages, throttled)
-        if read_check is not None:
-            messages = _checked_messages(messages, read_check)
+        messages = _checked_messages(messages, recheck)
         return flight.GeneratorStream(schema, _guarded("a multi-partition fetch", messages))
 
     @staticmethod
@@ -434,24 +467,24 @@ class BrokerServer(flight.FlightServerBase):
         with _errors_as_flight(f"action {action.type!r}"[:80]):
             admit(context)
             request = _parse(action.body.to_pybytes()) if action.body.size else {}
-            if action.type != wire.OFFSETS_FOR_LEADER_EPOCH:  # a replica's: never throttled
-                self._throttler(context)("request", 1)
+            may, _ = self._authorize(context, Call.ACTION, request, action.type)
+            replica = action.type == wire.OFFSETS_FOR_LEADER_EPOCH and request.get("replica_id", -1) != -1
+            throttled = _unthrottled if replica else self._throttler(context)  # replicas are never throttled
+            throttled("request", 1)
             if action.type == wire.PING:
                 result: dict[str, Any] = {"broker_id": self.broker.broker_id}
             elif action.type == wire.LIST_OFFSETS:
-                result = self._list_offsets(request, self._may(context))
+                result = self._list_offsets(request, may)
             elif action.type == wire.OFFSETS_FOR_LEADER_EPOCH:
-                self._check_replica(context, request.get("replica_id"))
                 result = self._offsets_for_leader_epoch(request)
             elif action.type == wire.COPY_RECORDS:
                 if self.stopping:
                     raise NotLeader(f"broker {self.broker.broker_id} is shutting down")
-                self._check_copy(request, self._may(context))
-                result = copy_records(self.broker, request)
+                result = copy_records(self.broker, request, lambda size: throttled("produce", size))
             elif self.broker.cluster_requests is not None and action.type in self.broker.cluster_requests.actions:
-                result = self.broker.cluster_requests.answer(action.type, request, self._may(context))
+                result = self.broker.cluster_requests.answer(action.type, request, may)
             else:
-                raise InvalidRequest(f"unknown action {action.type!r}"[:200])
+                raise InvalidRequest(f"action {action.type!r:.100} is not served by this broker")
         return iter([wire.encode(result)])
 
     def list_actions(self, context: flight.ServerCallContext) -> list[tuple[str, str]]:
@@ -463,22 +496,12 @@ class BrokerServer(flight.FlightServerBase):
             *((name, "cluster metadata, group offsets, topic administration") for name in wire.CLUSTER_ACTIONS),
         ]
 
-    def _check_copy(self, request: dict[str, Any], may: CallPermissions) -> None:
-        """``copy_records`` reads its source topics and writes its target topic."""
-        may.check(Operation.WRITE, TOPIC, _topic(request))
-        slices = request.get("slices")
-        for item in slices if isinstance(slices, list) else ():
-            source = item.get("topic") if isinstance(item, dict) else None
-            if isinstance(source, str):  # anything else is refused by copy_records, reading nothing
-                may.check(Operation.READ, TOPIC, check_topic_name(source))
-
     def _list_offsets(self, request: dict[str, Any], may: CallPermissions) -> dict[str, Any]:
         """One partition's offsets; or, with ``"partitions": [{"topic", "partition", "timestamp"?}, ...]``,
         ``{"results": [...]}`` with each partition's offsets or its own ``{"error", "message"}``
         (Kafka's ListOffsets: a consumer of many partitions asks each leader once)."""
         items = request.get("partitions")
-        if items is None:
-            may.check(Operation.DESCRIBE, TOPIC, _topic(request))
+        if items is None:  # Describe on its topic: checked by the call table
             return self._partition_offsets(request)
         if not isinstance(items, list) or len(items) > MAX_LIST_OFFSETS or not all(isinstance(i, dict) for i in items):
             raise InvalidRequest(f"'partitions' must be a list of at most {MAX_LIST_OFFSETS} objects")

@@ -15,6 +15,8 @@
 <root>/admin/reassign/<topic>                            {"partitions": {"<p>": [ids]}}: a pending move
 <root>/security/users/<user>                             SCRAM credentials: {"mechanism", "salt",
                                                          "stored_key", "server_key", "iterations"}
+<root>/security/scram-secret                             random bytes an unknown user's SCRAM salt is
+                                                         derived from (the same on every broker)
 <root>/security/acls/<pattern type>/<resource type>/<name>   {"acls": [{"principal", "host",
                                                          "operation", "permission"}]}
 <root>/security/quotas/users/<user|<default>>            client quotas: {"producer_byte_rate",
@@ -152,6 +154,10 @@ class ZkLayout:
 
     def user(self, name: str) -> str:
         return f"{self.users}/{check_user_name(name)}"
+
+    @property
+    def scram_secret(self) -> str:
+        return f"{self.root}/security/scram-secret"
 
     @property
     def user_quotas(self) -> str:

@@ -1,13 +1,21 @@
 """Users' SCRAM credentials in ZooKeeper (``<root>/security/users/<name>``), what ``sparklog users``
-manages and what brokers check a handshake against."""
+manages and what brokers check a handshake against.
+
+A credential's version is its znode's ``mzxid``: ZooKeeper's transaction id of the write that made
+it. It grows with every password change and is new when a removed user is added again, so a session
+that began with one version is over as soon as the user has another (or none)."""
 
 from __future__ import annotations
 
+import contextlib
+import functools
+import secrets
 import threading
 
 from kazoo.client import KazooClient
 from kazoo.exceptions import NodeExistsError, NoNodeError
-from kazoo.recipe.watchers import ChildrenWatch
+from kazoo.protocol.states import ZnodeStat
+from kazoo.recipe.watchers import ChildrenWatch, DataWatch
 
 from sparklog.coordination.zk_layout import ZkLayout
 from sparklog.errors import InvalidRequest
@@ -55,26 +63,78 @@ class CredentialStore:
             return []
 
     def credential(self, user: str) -> ScramCredential | None:
+        found = self.versioned_credential(user)
+        return None if found is None else found[0]
+
+    def versioned_credential(self, user: str) -> tuple[ScramCredential, int] | None:
+        """``user``'s credential and its version, None if there is no such user."""
         try:
-            data, _ = self.zk.get(self.layout.user(check_user_name(user)))
+            data, stat = self.zk.get(self.layout.user(check_user_name(user)))
         except NoNodeError:
             return None
-        return ScramCredential.from_json(data)
+        return ScramCredential.from_json(data), stat.mzxid
+
+    def version(self, user: str) -> int | None:
+        """The version of ``user``'s credential, read now (None: no such user)."""
+        stat = self.zk.exists(self.layout.user(check_user_name(user)))
+        return None if stat is None else stat.mzxid
+
+    def scram_secret(self) -> bytes:
+        """The cluster's secret for unknown users' SCRAM salts: made by the first broker that asks,
+        readable by the brokers' ZooKeeper identity only."""
+        path = self.layout.scram_secret
+        with contextlib.suppress(NodeExistsError):  # another broker made it first
+            self.zk.create(path, secrets.token_bytes(32), acl=private_acl(self.zk), makepath=True)
+        data, _ = self.zk.get(path)
+        return data
 
 
-class KnownUsers:
-    """The names of the users that exist, followed by a watch (a broker asks it at every call)."""
+class CredentialWatch:
+    """The current version of every user's credential, followed by watches (a broker asks it at
+    every call and before each message of an open stream): a children watch on the users and a data
+    watch on each user ever seen (kept after a removal, so the name's return is seen too)."""
 
     def __init__(self, zk: KazooClient, layout: ZkLayout) -> None:
-        self._names: frozenset[str] = frozenset()
+        self._store = CredentialStore(zk, layout)
+        self._zk = zk
+        self._layout = layout
+        self._versions: dict[str, int] = {}
+        self._watched: set[str] = set()
+        self._lock = threading.Lock()
         self._ready = threading.Event()
         zk.ensure_path(layout.users)
         ChildrenWatch(zk, layout.users, self._on_users)
         self._ready.wait(10)
 
     def _on_users(self, children: list[str]) -> None:
-        self._names = frozenset(children)
+        with self._lock:
+            new = [name for name in children if name not in self._watched]
+            self._watched.update(new)
+        for name in new:
+            DataWatch(self._zk, self._layout.user(name), functools.partial(self._on_user, name))
         self._ready.set()
 
+    def _on_user(self, name: str, _data: bytes | None, stat: ZnodeStat | None, _event: object = None) -> None:
+        with self._lock:
+            if stat is None:
+                self._versions.pop(name, None)
+            else:
+                self._versions[name] = max(stat.mzxid, self._versions.get(name, 0))
+
+    def version(self, user: str) -> int | None:
+        return self._versions.get(user)
+
+    def refresh(self, user: str) -> int | None:
+        try:
+            version = self._store.version(user)
+        except Exception:  # an invalid name is no user; ZooKeeper out of reach: the session cannot be confirmed
+            return None
+        with self._lock:
+            if version is None:
+                self._versions.pop(user, None)
+            else:
+                self._versions[user] = max(version, self._versions.get(user, 0))
+        return version
+
     def __contains__(self, user: object) -> bool:
-        return user in self._names
+        return user in self._versions

@@ -14,9 +14,17 @@ The handshake (Flight's ``Handshake`` call, messages in order):
 4. broker: the session token
 
 Flight sends the token with every later call of that client, and the broker's ``is_valid`` turns it
-back into the principal. Tokens are signed with the broker's secret (HMAC-SHA256), so they live
-through a broker restart, and each call checks that the user still exists, so removing a user ends
-its sessions.
+back into the call's identity: the principal and the version of the credential it logged in with.
+Tokens are signed with the broker's secret (HMAC-SHA256), so they live through a broker restart.
+Each call, and each message of an open stream, checks that the version is still the user's
+current one (:class:`CredentialVersions`), so removing a user or changing a password ends the
+sessions made with the old credential at once, and a user removed and added again gets none of
+its old sessions back.
+
+An unknown user's SCRAM exchange looks like a real user's (Kafka's rule): the server-first message
+carries a salt derived from a cluster secret and the name (the same on every broker, every time)
+and the default iteration count, and the exchange fails at the proof like a wrong password, so the
+port does not tell which users exist.
 """
 
 from __future__ import annotations
@@ -29,11 +37,12 @@ import json
 import logging
 import secrets
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 import pyarrow.flight as flight
 import scramp
 
+from sparklog.errors import AuthenticationFailed
 from sparklog.security.client_config import ClientSecurity
 from sparklog.security.principal import USER_TYPE, user_principal
 
@@ -89,7 +98,8 @@ class ScramCredential:
 
 
 class SessionTokens:
-    """Signs and checks session tokens: ``<principal, base64>.<HMAC-SHA256 of it, hex>``."""
+    """Signs and checks session tokens: ``<JSON of principal and credential version, base64>.<HMAC-SHA256
+    of it, hex>``."""
 
     def __init__(self, secret: bytes) -> None:
         if len(secret) < 32:
@@ -99,23 +109,83 @@ class SessionTokens:
     def _sign(self, body: bytes) -> bytes:
         return hmac.new(self._secret, body, hashlib.sha256).hexdigest().encode()
 
-    def issue(self, principal: str) -> bytes:
-        body = base64.urlsafe_b64encode(json.dumps({"p": principal, "n": secrets.token_hex(8)}).encode())
+    def issue(self, principal: str, version: int) -> bytes:
+        """A token for ``principal``, logged in with version ``version`` of its credential."""
+        claims = {"p": principal, "v": version, "n": secrets.token_hex(8)}
+        body = base64.urlsafe_b64encode(json.dumps(claims).encode())
         return body + b"." + self._sign(body)
 
-    def principal(self, token: bytes) -> str | None:
-        """The principal a token was issued to, or None if this broker did not sign it."""
+    def identity(self, token: bytes) -> Identity | None:
+        """The principal and credential version a token was issued for, or None if this broker did
+        not sign it (or it carries no version: a token of the time before versions)."""
         body, _, signature = bytes(token).partition(b".")
         if not body or not hmac.compare_digest(signature, self._sign(body)):
             return None
         try:
-            principal = json.loads(base64.urlsafe_b64decode(body))["p"]
+            claims = json.loads(base64.urlsafe_b64decode(body))
+            principal, version = claims["p"], claims["v"]
         except (ValueError, KeyError, TypeError):
             return None
-        return principal if isinstance(principal, str) else None
+        if not isinstance(principal, str) or not isinstance(version, int) or isinstance(version, bool):
+            return None
+        return Identity(principal, version)
 
 
-CredentialLookup = Callable[[str], "ScramCredential | None"]  # a user's credential, None if unknown
+@dataclasses.dataclass(frozen=True)
+class Identity:
+    """Who a SASL call is: the principal and the version of the credential its session began with
+    (what ``is_valid`` hands gRPC as the call's peer identity, ``encode``d)."""
+
+    principal: str
+    version: int
+
+    def encode(self) -> bytes:
+        return f"{self.principal}\n{self.version}".encode()
+
+    @classmethod
+    def decode(cls, data: bytes) -> Identity | None:
+        """None unless ``data`` is an encoded identity (a certificate's name is not)."""
+        principal, sep, version = data.decode(errors="replace").partition("\n")
+        if not sep or not version.isdigit():
+            return None
+        return cls(principal, int(version))
+
+    @property
+    def user(self) -> str:
+        return self.principal.removeprefix(f"{USER_TYPE}:")
+
+
+class CredentialVersions(Protocol):
+    """The current version of each user's credential (a broker's
+    :class:`~sparklog.security.credential_store.CredentialWatch`)."""
+
+    def version(self, user: str) -> int | None:
+        """The version of ``user``'s credential as last seen; None if there is no such user."""
+        ...
+
+    def refresh(self, user: str) -> int | None:
+        """The version read from the store now (when the one seen may be behind)."""
+        ...
+
+
+def check_session(versions: CredentialVersions, identity: Identity) -> None:
+    """:class:`AuthenticationFailed` unless ``identity``'s session is still good: its user exists
+    and has the credential the session began with (not removed, password not changed since).
+    Versions only grow, so a session newer than the version seen means the watch is behind: the
+    store is asked then (rare), never for an old session."""
+    current = versions.version(identity.user)
+    if current is None or current < identity.version:
+        current = versions.refresh(identity.user)
+    if current is None:
+        raise AuthenticationFailed(f"user {identity.user!r} no longer exists; its sessions have ended")
+    if current != identity.version:
+        raise AuthenticationFailed(
+            f"the credential of user {identity.user!r} changed since this session began; log in again"
+        )
+
+
+CredentialLookup = Callable[[str], "tuple[ScramCredential, int] | None"]  # a user's credential and its version
+DECOY_SALT = b"sparklog scram salt of an unknown user"
 
 
 def _read(incoming: Any, what: str) -> bytes:
@@ -134,16 +204,25 @@ class SaslServerAuth(flight.ServerAuthHandler):
     def __init__(
         self,
         credentials: CredentialLookup,
-        user_exists: Callable[[str], bool],
+        versions: CredentialVersions,
         tokens: SessionTokens,
         mechanisms: tuple[str, ...],
+        decoy_secret: bytes,
     ) -> None:
-        """``credentials``: read at each handshake; ``user_exists``: asked at every call (keep it cheap)."""
+        """``credentials``: read at each handshake; ``versions``: asked at every call (cheap);
+        ``decoy_secret``: the cluster's secret an unknown user's salt is derived from."""
         super().__init__()
         self.credentials = credentials
-        self.user_exists = user_exists
+        self.versions = versions
         self.tokens = tokens
         self.mechanisms = mechanisms
+        self._decoy_key = hmac.new(decoy_secret, DECOY_SALT, hashlib.sha256).digest()
+
+    def decoy(self, user: str) -> ScramCredential:
+        """What an unknown ``user`` is answered with: the salt derived from the cluster's secret and
+        the name (stable, as a real user's), the default iteration count, keys nobody can match."""
+        salt = hmac.new(self._decoy_key, user.encode(errors="replace"), hashlib.sha256).digest()
+        return ScramCredential(salt, secrets.token_bytes(32), secrets.token_bytes(32), DEFAULT_ITERATIONS)
 
     def authenticate(self, outgoing: Any, incoming: Any) -> None:
         try:
@@ -165,34 +244,35 @@ class SaslServerAuth(flight.ServerAuthHandler):
                 f"authentication failed: SASL mechanism {str(mechanism)[:40]!r} is not enabled on this listener "
                 f"(enabled: {', '.join(self.mechanisms)})"
             )
-        user = self._plain(opening) if mechanism == PLAIN else self._scram(opening, outgoing, incoming)
-        outgoing.write(self.tokens.issue(user_principal(user)))
+        user, version = self._plain(opening) if mechanism == PLAIN else self._scram(opening, outgoing, incoming)
+        outgoing.write(self.tokens.issue(user_principal(user), version))
 
-    def _plain(self, opening: dict[str, Any]) -> str:
+    def _plain(self, opening: dict[str, Any]) -> tuple[str, int]:
         user, password = opening.get("username"), opening.get("password")
         if not isinstance(user, str) or not isinstance(password, str):
             raise flight.FlightUnauthenticatedError("authentication failed: PLAIN needs a username and a password")
-        credential = self._lookup(user)
-        if credential is None or not credential.matches(password):
+        found = self._lookup(user)
+        credential = found[0] if found else self.decoy(user)  # the same work for an unknown user
+        if not credential.matches(password) or found is None:
             raise flight.FlightUnauthenticatedError(_REFUSED)
-        return user
+        return user, found[1]
 
-    def _lookup(self, user: str) -> ScramCredential | None:
+    def _lookup(self, user: str) -> tuple[ScramCredential, int] | None:
         try:
             return self.credentials(user)
         except Exception:  # an invalid name is an unknown user (and says nothing more)
             return None
 
-    def _scram(self, opening: dict[str, Any], outgoing: Any, incoming: Any) -> str:
+    def _scram(self, opening: dict[str, Any], outgoing: Any, incoming: Any) -> tuple[str, int]:
         first = opening.get("first")
         if not isinstance(first, str):
             raise flight.FlightUnauthenticatedError("authentication failed: SCRAM needs the client-first message")
-        decoy = ScramCredential.create(secrets.token_hex(16), 4096)  # an unknown user fails like a wrong password
-        named: list[str] = []
+        named: list[tuple[str, tuple[ScramCredential, int] | None]] = []
 
         def auth_info(user: str) -> tuple[bytes, bytes, bytes, int]:
-            named.append(user)
-            credential = self._lookup(user) or decoy
+            found = self._lookup(user)
+            named.append((user, found))
+            credential = found[0] if found else self.decoy(user)  # fails at the proof, like a wrong password
             return credential.salt, credential.stored_key, credential.server_key, credential.iterations
 
         server = _MECHANISM.make_server(auth_info)
@@ -202,23 +282,24 @@ class SaslServerAuth(flight.ServerAuthHandler):
             server.set_client_final(_read(incoming, "its proof").decode(errors="replace"))
         except scramp.ScramException:
             raise flight.FlightUnauthenticatedError(_REFUSED) from None
-        user = named[-1] if named else ""
-        if self._lookup(user) is None:
+        user, found = named[-1] if named else ("", None)
+        if found is None:
             raise flight.FlightUnauthenticatedError(_REFUSED)
         outgoing.write(server.get_server_final().encode())
-        return user
+        return user, found[1]
 
     def is_valid(self, token: bytes) -> bytes:
-        principal = self.tokens.principal(token) if token else None
-        if principal is None:
+        identity = self.tokens.identity(token) if token else None
+        if identity is None:
             raise flight.FlightUnauthenticatedError(
                 "this listener needs authentication: set security.protocol to SASL_SSL or SASL_PLAINTEXT with "
                 "sasl.username and sasl.password"
             )
-        user = principal.removeprefix(f"{USER_TYPE}:")
-        if not self.user_exists(user):
-            raise flight.FlightUnauthenticatedError(f"user {user!r} no longer exists")
-        return principal.encode()
+        try:
+            check_session(self.versions, identity)
+        except AuthenticationFailed as exc:
+            raise flight.FlightUnauthenticatedError(str(exc)) from None
+        return identity.encode()
 
 
 class SaslClientAuth(flight.ClientAuthHandler):
