@@ -6,6 +6,10 @@ deterministic regression test per input that used to break it.
 - ``test_long_profile``: only with ``--fuzz-cases N`` (``pytest tests/fuzz --fuzz-cases 10000``) or
   ``SPARKLOG_FUZZ_CASES=N``; the same, with restarts every 2,500 cases too. ``sparklog fuzz`` runs
   it from the command line.
+- ``test_low_privilege_profile``: 200 cases with a fixed seed against a secured broker, sent by an
+  authenticated user with ACLs on some topics only (:mod:`sparklog.fuzz.privileges`; ``sparklog
+  fuzz --low-privilege``): no record of a topic it may not Read reaches it or a topic it may Read,
+  no request its ACLs do not allow is answered, and the usual invariants hold.
 - ``test_finding_*``: a produced batch that must be refused with a typed error, with nothing
   stored, the broker alive and its data readable afterwards.
 """
@@ -34,6 +38,8 @@ if TYPE_CHECKING:
 
 QUICK_SEED = 15
 QUICK_CASES = 1000
+LOW_PRIVILEGE_SEED = 15
+LOW_PRIVILEGE_CASES = 200
 LONG_RESTART_EVERY = 2500
 MAINTENANCE_PASS_S = 7.0  # the broker's retention/compaction pass runs every 5 s
 
@@ -59,6 +65,26 @@ def test_quick_profile(zookeeper: EmbeddedZooKeeper, tmp_path: Path) -> None:
         work_dir=tmp_path,
         zookeeper=zookeeper.connect_string,
         log_path=tmp_path / "cases.jsonl",
+    )
+    _run(config, tmp_path)
+
+
+@pytest.mark.slow
+def test_low_privilege_profile(zookeeper: EmbeddedZooKeeper, tmp_path: Path) -> None:
+    """Authorization under fuzzing: a replica fetch under any replica id, ``copy_records`` between
+    every pair of topics, ``offsets_for_leader_epoch``, ``list_offsets``, fetches, ``fetch_many``
+    and ``metadata`` from a user that may Read and Write one topic, only Write another and nothing
+    on a third must never hand it a record of the last two (nor move one into the first), nor answer
+    what its ACLs do not allow (a ``leak`` or ``unauthorized`` failure names the case)."""
+    config = FuzzConfig(
+        seed=LOW_PRIVILEGE_SEED,
+        cases=LOW_PRIVILEGE_CASES,
+        check_every=10,
+        full_every=100,
+        work_dir=tmp_path,
+        zookeeper=zookeeper.connect_string,
+        log_path=tmp_path / "cases.jsonl",
+        low_privilege=True,
     )
     _run(config, tmp_path)
 

@@ -1,10 +1,19 @@
-"""``sparklog fuzz [--minutes N] [--cases N] [--seed S] [--brokers B]``: fuzz a live local cluster.
+"""``sparklog fuzz [--minutes N] [--cases N] [--seed S] [--brokers B] [--low-privilege]``: fuzz a
+live local cluster.
 
 Starts a :class:`~sparklog.local_cluster.LocalCluster` (its own ZooKeeper, in a temporary directory
 unless ``--work-dir``), sends it hypothesis-drawn cases (:mod:`sparklog.fuzz`) and checks after
 them that every broker answers, that everything acknowledged reads back identical, and that
 restarts (SIGTERM, then ``kill -9``) recover. Prints progress on stderr and a summary at the end;
 exits 1 on any invariant failure (with ``--strict``, on any finding too).
+
+``--low-privilege``: the cluster is secured as ``sparklog up --secure`` does it (SASL_SSL, SCRAM,
+ACLs) and the cases are sent by a user that may Read and Write ``fz-own``, only Write ``fz-drop``
+and nothing on ``fz-secret`` (the admin fills the last two with marked records), with more cases
+aimed at what ACLs guard (replica fetches under any replica id, ``copy_records`` between every pair
+of topics, ``offsets_for_leader_epoch``, ``list_offsets``, fetches, ``metadata``). A secret record
+reaching that user (or ``fz-own``), or an answer its ACLs do not allow, is an invariant failure
+(:mod:`sparklog.fuzz.privileges`).
 """
 
 from __future__ import annotations
@@ -45,6 +54,16 @@ def add_fuzz(sub: argparse._SubParsersAction) -> None:
         metavar="N",
         help="restart the brokers every N cases too (default: at the end)",
     )
+    p.add_argument(
+        "--low-privilege",
+        action="store_true",
+        help="secure the cluster (SASL_SSL, SCRAM, ACLs as `sparklog up --secure`) and send the cases as a user "
+        "that may Read and Write fz-own, only Write fz-drop and nothing on fz-secret (both filled by the admin "
+        "with marked records), adding replica fetches, copy_records between every pair of topics, "
+        "offsets_for_leader_epoch, list_offsets, fetches and metadata; a marked record reaching the user (or "
+        "fz-own), or an answer its ACLs do not allow, is an invariant failure (--replay a case log of such a "
+        "run with it too)",
+    )
     p.add_argument("--replay", default=None, metavar="CASES.jsonl", help="apply the cases of a case log again")
     p.add_argument("--upto", type=int, default=None, metavar="I", help="with --replay: stop after case I")
     p.add_argument("--work-dir", default=None, metavar="DIR", help="keep the cluster and the case log here")
@@ -80,6 +99,8 @@ def run_fuzz_command(args: argparse.Namespace) -> int:
         what = f"replaying {len(replay)} cases of {args.replay}"
     else:
         what = f"seed {seed}; {cases if args.cases or not args.minutes else 'unlimited'} cases"
+    if args.low_privilege:
+        what += "; as a low-privilege user on a secured cluster"
     limit = f", at most {args.minutes:g} min" if args.minutes else ""
     print_progress(f"{what}{limit}; case log {log_path}")
     config = FuzzConfig(
@@ -94,6 +115,7 @@ def run_fuzz_command(args: argparse.Namespace) -> int:
         log_path=log_path,
         progress=print_progress,
         replay=replay,
+        low_privilege=args.low_privilege,
     )
     report = run_fuzz(config)
     failed = not report.ok or (args.strict and report.findings)

@@ -14,12 +14,27 @@
 - :mod:`.cluster`: the cluster under test (topics, leaders, restarts, process statistics).
 - :mod:`.apply`: one case against the cluster: what happened and what it says about the broker.
 - :mod:`.report`: anomalies, failures and the run's summary.
+- :mod:`.privileges`: the low-privilege mode's user, its ACLs, the admin's marked records and the
+  checks of what the user gets back.
 - :mod:`.runner`: the loop (cases, checks every few cases, restarts at the end).
 
 Invariants: every broker answers a ping; everything acknowledged is read back identical; a restart
 (SIGTERM, then ``kill -9``) recovers and everything acknowledged is still there. Cases that do not
 break an invariant can still be *findings*: an invalid batch acknowledged, an error without a typed
 code, a call that got no answer in time.
+
+By default the fuzzer is an anonymous client of a plain cluster. The low-privilege mode
+(``FuzzConfig(low_privilege=True)``, ``sparklog fuzz --low-privilege``) secures the cluster as
+``sparklog up --secure`` does (SASL_SSL, SCRAM, ACLs), creates the user ``fz-user`` in its
+credential store with Read and Write on ``fz-own``, Write only on ``fz-drop`` and nothing on
+``fz-secret``, has the admin fill the last two with records carrying a marker unique to the run,
+and sends every case as that user over authenticated Flight clients, starting with a sweep of the
+requests ACLs guard (replica fetches under any replica id, ``copy_records`` between every pair of
+topics, ``offsets_for_leader_epoch``, ``list_offsets``, fetches, ``fetch_many``, ``metadata``). Two
+more invariants then hold after each case: no byte returned to the user carries the marker, nor
+does any record of a topic it may Read (read back as admin: ``leak``); no request its ACLs do not
+allow is answered (``unauthorized``). The others still hold for what the user got acknowledged
+(and for the admin's records).
 
 Entry points: :func:`sparklog.fuzz.runner.run_fuzz` (``sparklog fuzz``, ``tests/fuzz/``).
 """

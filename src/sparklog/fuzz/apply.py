@@ -9,7 +9,10 @@ The verdict of a case combines what the broker answered with what it had to answ
   when it carries a traceback or source paths); a call not abandoned on purpose that got no
   answer in time is ``no-answer``; put metadata that does not match the batch is ``bad-ack``;
 - acknowledged records go to the :class:`~sparklog.fuzz.ledger.Ledger` (an overlap with earlier
-  ones is ``offset-reuse``).
+  ones is ``offset-reuse``);
+- in the low-privilege mode (:mod:`sparklog.fuzz.privileges`) every byte the user got back is
+  scanned for the secret records' marker (``leak``), and an answer its ACLs do not allow is
+  ``unauthorized``.
 """
 
 from __future__ import annotations
@@ -23,17 +26,21 @@ import pyarrow as pa
 
 from sparklog.fuzz import flight_ops, requests
 from sparklog.fuzz.batches import BuiltBatch, build_batch
-from sparklog.fuzz.cases import ABANDON, ACTION, FETCH, GARBAGE, PRODUCE, Case
+from sparklog.fuzz.cases import ABANDON, ACTION, FETCH, GARBAGE, MULTI_FETCH, PRODUCE, REPLICA_FETCH, Case
 from sparklog.fuzz.cluster import FuzzCluster
 from sparklog.fuzz.ledger import Entry, Fingerprints, Ledger, fingerprint
+from sparklog.fuzz.privileges import FETCH_MANY, WRITE
+from sparklog.fuzz.privileges import REPLICA_FETCH as REPLICA_FETCH_TYPE
 from sparklog.fuzz.report import (
     ACCEPTED_INVALID,
     BAD_ACK,
+    LEAK,
     LEAKED_INTERNALS,
     NO_ANSWER,
     OFFSET_REUSE,
     REFUSED_VALID,
     SERVED_INVALID,
+    UNAUTHORIZED,
     UNTYPED_ERROR,
     Anomaly,
 )
@@ -91,11 +98,67 @@ class Applier:
             ACTION: self._action,
             ABANDON: self._abandon,
             GARBAGE: self._garbage,
+            REPLICA_FETCH: self._replica_fetch,
+            MULTI_FETCH: self._multi_fetch,
         }[case.kind]
         outcome = handler(case)
         for anomaly in outcome.anomalies:
             anomaly.case = case.to_json()
         return outcome
+
+    # ------------------------------------------------------------------ the low-privilege mode
+    def _leaks(self, hits: list[str], what: str) -> list[Anomaly]:
+        if not hits:
+            return []
+        principal = self.cluster.access.principal if self.cluster.access else "the client"
+        shown = "; ".join(hits[:3]) + (f"; and {len(hits) - 3} more" if len(hits) > 3 else "")
+        return [Anomaly(LEAK, f"{principal} got secret records in {what}: {shown}")]
+
+    def _unauthorized(self, violation: str | None) -> list[Anomaly]:
+        if violation is None or self.cluster.access is None:
+            return []
+        return [Anomaly(UNAUTHORIZED, f"{self.cluster.access.principal}: {violation}")]
+
+    def _guard_get(self, what: str, body: bytes, got: flight_ops.GetResult, read: str) -> list[Anomaly]:
+        """A fetch's answer to the user: no secret record in it, nothing its ACLs do not allow."""
+        access, secrets = self.cluster.access, self.cluster.secrets
+        if access is None or secrets is None:
+            return []
+        return self._leaks(secrets.scan_get(got, what), what) + self._unauthorized(
+            access.fetch_violation(body, got, read)
+        )
+
+    def _guard_action(self, name: str, body: bytes, result: flight_ops.ActionResult) -> list[Anomaly]:
+        access, secrets = self.cluster.access, self.cluster.secrets
+        if access is None or secrets is None:
+            return []
+        what = f"the answer to action {name!r:.40}"
+        chunks = [*result.bodies, result.error.message.encode(errors="replace") if result.error else None]
+        return self._leaks(secrets.scan_bytes(chunks, what), what) + self._unauthorized(
+            access.action_violation(name, body, result)
+        )
+
+    def _guard_put(self, target: tuple[str, int] | None, result: flight_ops.PutResult, acked: int) -> list[Anomaly]:
+        access, secrets = self.cluster.access, self.cluster.secrets
+        if access is None or secrets is None:
+            return []
+        chunks = [*result.acks, result.error.message.encode(errors="replace") if result.error else None]
+        found = self._leaks(secrets.scan_bytes(chunks, "a produce's answers"), "a produce's answers")
+        if target is not None:
+            found += self._unauthorized(access.produce_violation(target[0], acked))
+        return found
+
+    def _refused_allowed(self, what: str, error: flight_ops.CallError | None, permitted: bool) -> list[Anomaly]:
+        """A well-formed request the user's ACLs allow, refused as unauthorized (low-privilege mode)."""
+        access = self.cluster.access
+        if access is None or error is None or error.code != "AUTHORIZATION_FAILED" or not permitted:
+            return []
+        detail = f"{access.principal}: {what} refused although its ACLs allow it: {error.message}"
+        return [Anomaly(REFUSED_VALID, detail)]
+
+    def _may_write(self, target: tuple[str, int] | None) -> bool:
+        access = self.cluster.access
+        return access is None or (target is not None and access.may(WRITE, target[0]))
 
     # ------------------------------------------------------------------ errors
     def _error_outcome(self, error: flight_ops.CallError, must_succeed: bool, deliberate_timeout: bool) -> Outcome:
@@ -165,6 +228,7 @@ class Applier:
             read_acks=acks_wanted,
             compression=p["compression"],
             abandon=p["abandon"],
+            via=self.cluster.user,
         )
         anomalies: list[Anomaly] = []
         acked: list[tuple[int, int]] = []
@@ -198,9 +262,11 @@ class Applier:
             stream.last_acks = acked
         if idempotent and (not acks_wanted or p["abandon"] or len(acked) < len(built)):
             stream.uncertain = True
+        anomalies += self._guard_put(target, result, len(acked))
         if result.error is not None and not acked:
             # an idempotent stream may be out of step (an earlier acks=0 or abandoned batch was stored)
             must = verdict is True and not mutated and p["abandon"] is None and mode == "none"
+            must = must and self._may_write(target)
             outcome = self._error_outcome(result.error, must, deliberate_timeout=p["abandon"] is not None)
             outcome.anomalies[:0] = anomalies
             return outcome
@@ -238,12 +304,75 @@ class Applier:
         if read == "all":
             timeout = 15.0 + (min(wait, 1000) / 1000 if isinstance(wait, int) and wait > 0 else 0.0)
         location = self.cluster.leader_location(str(topic), partition if isinstance(partition, int) else 0)
-        got = flight_ops.get(location, body, timeout=timeout, read=read)
+        got = flight_ops.get(location, body, timeout=timeout, read=read, via=self.cluster.user)
+        return self._got("a fetch", body, got, read, mutated=requests.is_mutated(p["edits"]))
+
+    def _got(self, what: str, body: bytes, got: flight_ops.GetResult, read: str, mutated: bool) -> Outcome:
+        """The outcome of a ``do_get`` (``read`` other than ``all``: dropped on purpose)."""
+        guarded = self._guard_get(what, body, got, read)
+        if self.cluster.access is not None and not mutated:
+            guarded += self._refused_allowed(what, got.error, self.cluster.access.fetch_permitted(body))
         if got.invalid:
-            return Outcome("served-invalid", [Anomaly(SERVED_INVALID, got.invalid)])
+            return Outcome("served-invalid", [*guarded, Anomaly(SERVED_INVALID, got.invalid)])
         if got.error is not None:
-            return self._error_outcome(got.error, False, deliberate_timeout=read != "all")
-        return Outcome("fetched", detail={"rows": sum(b.num_rows for b in got.batches)})
+            outcome = self._error_outcome(got.error, False, deliberate_timeout=read != "all")
+            outcome.anomalies[:0] = guarded
+            return outcome
+        return Outcome("fetched", guarded, {"rows": sum(b.num_rows for b in got.batches)})
+
+    def _epoch(self, topic: str, partition: Any) -> int:
+        """The partition's leader epoch now (0 when the fuzzer cannot tell)."""
+        offsets = self.cluster.offsets(topic, partition) if self._ours(topic, partition) else None
+        epoch = offsets.get("leader_epoch") if offsets else None
+        return epoch if isinstance(epoch, int) else 0
+
+    def _ours(self, topic: str, partition: Any) -> bool:
+        spec = self.cluster.topics.get(topic)
+        return spec is not None and isinstance(partition, int) and 0 <= partition < spec.partitions
+
+    def _replica_fetch(self, case: Case) -> Outcome:
+        """A replica fetch ticket sent by the case's client (in the low-privilege mode, a user that
+        is no broker: it must get nothing)."""
+        p = case.params
+        partitions = []
+        for item in p["partitions"]:
+            topic, partition = item["topic"], item["partition"]
+            epoch = self._epoch(topic, partition) if item["epoch"] == "$current" else item["epoch"]
+            offset = self._offset(topic, partition, item["offset_mode"], item["offset"])
+            partitions.append({"t": topic, "p": partition, "o": offset, "e": epoch, "hw": -1})
+        ticket: dict[str, Any] = {
+            "type": REPLICA_FETCH_TYPE,
+            "replica_id": p["replica_id"],
+            "max_wait_ms": p["max_wait_ms"],
+            "max_bytes": p["max_bytes"],
+            "partitions": partitions,
+        }
+        if p["session"] is not None:
+            ticket.update(session_id=p["session"], session_epoch=0)
+        body = requests.render(ticket, p["edits"])
+        first = partitions[0]
+        location = self.cluster.leader_location(str(first["t"]), first["p"] if isinstance(first["p"], int) else 0)
+        got = flight_ops.get(location, body, timeout=15.0, read="all", via=self.cluster.user)
+        return self._got("a replica fetch", body, got, "all", mutated=requests.is_mutated(p["edits"]))
+
+    def _multi_fetch(self, case: Case) -> Outcome:
+        p = case.params
+        topic = p["topic"]
+        ticket: dict[str, Any] = {
+            "type": FETCH_MANY,
+            "topic": topic,
+            "partitions": [
+                {"p": i["partition"], "o": self._offset(topic, i["partition"], i["offset_mode"], i["offset"])}
+                for i in p["partitions"]
+            ],
+            "max_bytes": p["max_bytes"],
+            "max_wait_ms": p["max_wait_ms"],
+            "compact": p["compact"],
+        }
+        body = requests.render(ticket, p["edits"])
+        location = self.cluster.leader_location(topic, p["partitions"][0]["partition"])
+        got = flight_ops.get(location, body, timeout=15.0, read="all", via=self.cluster.user)
+        return self._got("a fetch_many", body, got, "all", mutated=requests.is_mutated(p["edits"]))
 
     def _offset(self, topic: str, partition: Any, mode: str, explicit: int) -> int:
         if mode == "explicit" or topic not in self.cluster.topics or not isinstance(partition, int):
@@ -265,12 +394,19 @@ class Applier:
         body = requests.render(base, p["edits"])
         topic, partition = base.get("topic"), base.get("partition")
         location = self.cluster.leader_location(str(topic), partition if isinstance(partition, int) else 0)
-        result = flight_ops.action(location, name, body, timeout=COPY_TIMEOUT_S)
+        result = flight_ops.action(location, name, body, timeout=COPY_TIMEOUT_S, via=self.cluster.user)
+        guarded = self._guard_action(name, body, result)
+        if self.cluster.access is not None and not requests.is_mutated(p["edits"]):
+            permitted = self.cluster.access.action_permitted(name, body)
+            guarded += self._refused_allowed(f"action {name!r:.40}", result.error, permitted)
         if result.error is not None:
-            return self._error_outcome(result.error, False, deliberate_timeout=False)
-        if name != "copy_records" or requests.is_mutated(p["edits"]):
-            return Outcome("answered")
-        return self._copied(base, result, case.index)
+            outcome = self._error_outcome(result.error, False, deliberate_timeout=False)
+        elif name != "copy_records" or requests.is_mutated(p["edits"]):
+            outcome = Outcome("answered")
+        else:
+            outcome = self._copied(base, result, case.index)
+        outcome.anomalies[:0] = guarded
+        return outcome
 
     def _resolve_slices(self, body: dict[str, Any]) -> None:
         source = (
@@ -281,7 +417,13 @@ class Applier:
         symbols = {"$last": hw - 1, "$mid": (start + hw) // 2, "$first10": min(hw, start + 10) - 1}
         symbols["$first100"] = min(hw, start + 100) - 1  # in case logs of earlier versions
         previous: dict[str, Any] | None = None
+        source_leader = self.cluster.leader(body["topic"], body["partition"]) if source else None
         for piece in body.get("slices", []):
+            if piece.get("partition") == "$colocated":  # a partition of the target the source's leader leads
+                spec = self.cluster.topics.get(piece.get("topic"))
+                count = spec.partitions if spec else 0
+                led = [q for q in range(count) if spec and self.cluster.leader(spec.name, q) == source_leader]
+                piece["partition"] = led[0] if led else 0
             for field in ("first", "last"):
                 if isinstance(piece.get(field), str) and piece[field] in symbols:
                     piece[field] = symbols[piece[field]]
@@ -347,6 +489,7 @@ class Applier:
             descriptor,
             pa.schema([pa.field("key", pa.binary()), pa.field("value", pa.binary())]),
             int(p["streams"]),
+            via=self.cluster.user,
         )
         return Outcome("abandoned", detail={"opened": opened})
 

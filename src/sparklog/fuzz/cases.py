@@ -16,7 +16,9 @@ FETCH = "fetch"
 ACTION = "action"
 ABANDON = "abandon"
 GARBAGE = "garbage"
-KINDS = (PRODUCE, FETCH, ACTION, ABANDON, GARBAGE)
+REPLICA_FETCH = "replica-fetch"  # a replica fetch ticket (the low-privilege mode's cases)
+MULTI_FETCH = "fetch-many"  # a consumer fetch of many partitions of one topic
+KINDS = (PRODUCE, FETCH, ACTION, ABANDON, GARBAGE, REPLICA_FETCH, MULTI_FETCH)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -6,6 +6,12 @@ of 1 MiB rolled every 10 s so the log cleaner rewrites them: it reads every stor
 of issue 15) and ``fz-zstd`` (stored with ``compression=zstd``). With several brokers, every topic
 has ``min(brokers, 3)`` replicas: followers copy what leaders stored, and a restart moves
 leadership to them, so what they stored is read back too.
+
+``low_privilege``: a secured cluster (``LocalCluster(secure=True)``) with the topics ``fz-own``,
+``fz-drop`` (its batches stored zstd-compressed) and ``fz-secret``, the user of
+:mod:`sparklog.fuzz.privileges` and the admin's marked records. The fuzzer's own calls (leaders,
+offsets, pings, read-backs) go as ``admin`` (:attr:`FuzzCluster.admin`); the cases as the user
+(:attr:`FuzzCluster.user`). Otherwise both are anonymous.
 """
 
 from __future__ import annotations
@@ -16,9 +22,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from sparklog.fuzz import flight_ops
+from sparklog.fuzz import flight_ops, privileges
 from sparklog.fuzz.crash_log import fatal_error
+from sparklog.fuzz.ledger import Entry
 from sparklog.local_cluster import LocalCluster
+from sparklog.security.client_config import ClientSecurity
 
 READY_TIMEOUT_S = 60.0
 
@@ -38,6 +46,11 @@ TOPICS = (
     TopicSpec("fz-plain", 2, {}),
     TopicSpec("fz-compact", 1, {"cleanup.policy": "compact", "segment.bytes": str(1 << 20), "segment.ms": "10000"}),
     TopicSpec("fz-zstd", 1, {"compression": "zstd"}),
+)
+LOW_PRIVILEGE_TOPICS = (
+    TopicSpec(privileges.OWN, 2, {}),
+    TopicSpec(privileges.DROP, 1, {"compression": "zstd"}),
+    TopicSpec(privileges.SECRET, 2, {}),
 )
 
 
@@ -68,15 +81,23 @@ class FuzzCluster:
     """Start with :meth:`start`; ``generation`` counts fresh clusters (:meth:`reset` after a broker
     that cannot be recovered)."""
 
-    def __init__(self, base_dir: Path, brokers: int = 1, zookeeper: str | None = None) -> None:
+    def __init__(
+        self, base_dir: Path, brokers: int = 1, zookeeper: str | None = None, low_privilege: bool = False
+    ) -> None:
         self.base_dir = Path(base_dir)
         self.broker_count = brokers
         self.zookeeper_root = zookeeper
         self.replication = min(brokers, 3)
-        self.topics = {t.name: t for t in TOPICS}
+        self.low_privilege = low_privilege
+        self.topics = {t.name: t for t in (LOW_PRIVILEGE_TOPICS if low_privilege else TOPICS)}
         self.generation = 0
         self.cluster: LocalCluster | None = None
         self._leaders: dict[tuple[str, int], int] = {}
+        self.admin = flight_ops.ANONYMOUS  # the fuzzer's own calls
+        self.user = flight_ops.ANONYMOUS  # the cases'
+        self.access: privileges.Access | None = privileges.ACCESS if low_privilege else None
+        self.secrets: privileges.Secrets | None = privileges.Secrets() if low_privilege else None
+        self.filled: list[Entry] = []  # the admin's records (low-privilege mode), for the ledger
 
     # ------------------------------------------------------------------ lifecycle
     def start(self) -> FuzzCluster:
@@ -87,17 +108,27 @@ class FuzzCluster:
         zookeeper = None
         if self.zookeeper_root is not None:
             zookeeper = f"{self.zookeeper_root}/fuzz-{os.getpid()}-{self.generation}-{int(time.time() * 1000) % 10**8}"
-        self.cluster = LocalCluster(data_dir, brokers=self.broker_count, zookeeper=zookeeper).start()
-        with Admin(self.cluster.zookeeper) as admin:
+        secure = self.low_privilege
+        self.cluster = LocalCluster(data_dir, brokers=self.broker_count, zookeeper=zookeeper, secure=secure).start()
+        if secure:
+            self.admin = flight_ops.Connector(ClientSecurity.from_config(self.cluster.client_config()), "admin")
+        with Admin(config=self.cluster.client_config()) if secure else Admin(self.cluster.zookeeper) as admin:
             for spec in self.topics.values():
                 admin.create_topic(spec.name, spec.partitions, self.replication, spec.configs)
         self._leaders.clear()
         problem = self.wait_ready()
         if problem:
             raise RuntimeError(f"fuzz cluster did not become ready: {problem}")
+        if secure:
+            self.user = flight_ops.Connector(privileges.create_user(self.cluster), privileges.USER)
+            privileges.wait_for_user([self.location(b) for b in self.broker_ids], self.user)
+            assert self.secrets is not None
+            self.filled = privileges.fill(self, self.secrets)
         return self
 
     def stop(self) -> list[str]:
+        self.admin.forget()
+        self.user.forget()
         if self.cluster is None:
             return []
         problems = self.cluster.stop()
@@ -120,7 +151,7 @@ class FuzzCluster:
         return self.cluster.brokers[broker_id].port
 
     def location(self, broker_id: int) -> str:
-        return f"grpc+tcp://{flight_ops.HOST}:{self.port(broker_id)}"
+        return self.admin.location(flight_ops.HOST, self.port(broker_id))
 
     def partitions(self) -> list[tuple[str, int]]:
         return [(t.name, p) for t in self.topics.values() for p in range(t.partitions)]
@@ -133,7 +164,7 @@ class FuzzCluster:
         for broker_id in self.broker_ids:
             if not self.alive(broker_id):
                 continue
-            answer = flight_ops.list_offsets(self.location(broker_id), topic, partition, timeout=5.0)
+            answer = flight_ops.list_offsets(self.location(broker_id), topic, partition, timeout=5.0, via=self.admin)
             if isinstance(answer, dict):
                 self._leaders[key] = broker_id
                 return broker_id
@@ -163,13 +194,17 @@ class FuzzCluster:
             leader = self.leader(topic, partition, refresh=attempt > 0)
             if leader is None:
                 continue
-            answer = flight_ops.list_offsets(self.location(leader), topic, partition)
+            answer = flight_ops.list_offsets(self.location(leader), topic, partition, via=self.admin)
             if isinstance(answer, dict):
                 return answer, None
             problem = f"list_offsets of {topic}-{partition} on broker {leader} failed: {answer.message}"
         return None, problem
 
     # ------------------------------------------------------------------ health
+    def ping(self, broker_id: int, timeout: float = 5.0) -> int | None:
+        """The broker id broker ``broker_id`` answers a ping with (as the fuzzer itself), or None."""
+        return flight_ops.ping(self.location(broker_id), timeout, via=self.admin)
+
     def alive(self, broker_id: int) -> bool:
         assert self.cluster is not None
         return self.cluster.brokers[broker_id].alive()
@@ -210,7 +245,7 @@ class FuzzCluster:
             dead = [b for b in self.broker_ids if not self.alive(b)]
             if dead:
                 return f"broker(s) {dead} exited (codes {[self.exit_code(b) for b in dead]})"
-            silent = [b for b in self.broker_ids if flight_ops.ping(self.location(b), timeout=2.0) != b]
+            silent = [b for b in self.broker_ids if self.ping(b, timeout=2.0) != b]
             leaderless = [f"{t}-{p}" for t, p in self.partitions() if self.leader(t, p, refresh=True) is None]
             if not silent and not leaderless:
                 return None
@@ -249,6 +284,7 @@ class FuzzCluster:
         else:
             broker.kill()
         self._leaders.clear()
+        self._forget(broker_id)
         try:
             broker.start()
         except OSError as exc:
@@ -262,6 +298,12 @@ class FuzzCluster:
         """``kill -9`` (a no-op for a broker that already exited, which it reaps)."""
         assert self.cluster is not None
         self.cluster.brokers[broker_id].kill()
+        self._forget(broker_id)
+
+    def _forget(self, broker_id: int) -> None:
+        """Drop the kept clients of a broker that went away (the next call connects afresh)."""
+        self.admin.forget(self.location(broker_id))
+        self.user.forget(self.location(broker_id))
 
     def start_dead(self) -> str | None:
         """Start every broker that exited, then wait until ready."""

@@ -4,6 +4,10 @@ captured (never raised) with what the broker said.
 
 Fetched batches are checked with Arrow's *full* validation before anything reads their values: a
 broker that serves a malformed batch must show up as a finding, not crash the fuzzer.
+
+Every call goes through a :class:`Connector` (``via=``): :data:`ANONYMOUS` (plaintext, no
+credentials, a fresh client per call) or one user's over TLS and SASL (the low-privilege mode:
+one handshake per broker, its client kept; a call meant to be dropped gets a client of its own).
 """
 
 from __future__ import annotations
@@ -20,6 +24,9 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.flight as flight
+
+from sparklog.errors import BrokerNotAvailable, SparklogError
+from sparklog.security.client_config import PLAINTEXT, ClientSecurity
 
 HOST = "127.0.0.1"
 CALL_TIMEOUT_S = 30.0
@@ -40,6 +47,15 @@ class CallError:
 
     @classmethod
     def of(cls, exc: BaseException) -> CallError:
+        if isinstance(exc, SparklogError):  # raised on our side: a handshake refused, a broker out of reach
+            transport = isinstance(exc, BrokerNotAvailable)
+            return cls(
+                code=None if transport else exc.code,
+                message=f"{type(exc).__name__}: {str(exc)[:500]}",
+                transport=transport,
+                timed_out=False,
+                leaked=False,
+            )
         text = str(exc)
         match = _TYPED.search(text)
         timed_out = isinstance(exc, flight.FlightTimedOutError) or "Deadline Exceeded" in text
@@ -67,6 +83,58 @@ def client(location: str) -> flight.FlightClient:
     return flight.FlightClient(location)
 
 
+class Connector:
+    """How calls reach the brokers, and as whom: anonymous over plaintext (``security`` left at
+    :data:`~sparklog.security.client_config.PLAINTEXT`: a fresh client per call, closed after it),
+    or a user over TLS and SASL (:func:`sparklog.wire.flight_client`: one handshake per broker, the
+    client kept for the next calls, unless the call is ``dedicated``: one that will be dropped
+    half-way, whose client is closed with it)."""
+
+    def __init__(self, security: ClientSecurity = PLAINTEXT, name: str = "anonymous") -> None:
+        self.security = security
+        self.name = name
+        self._kept: dict[str, flight.FlightClient] = {}
+
+    @property
+    def authenticated(self) -> bool:
+        return self.security.sasl or self.security.tls
+
+    def location(self, host: str, port: int) -> str:
+        return self.security.location(host, port)
+
+    def open(self, location: str, dedicated: bool = True) -> flight.FlightClient:
+        """A client for ``location`` (:class:`SparklogError` when the handshake fails)."""
+        if not self.authenticated:
+            return client(location)
+        if dedicated:
+            return self._connect(location)
+        kept = self._kept.get(location)
+        if kept is None:
+            kept = self._kept[location] = self._connect(location)
+        return kept
+
+    def _connect(self, location: str) -> flight.FlightClient:
+        from sparklog.wire import flight_client
+
+        return flight_client(location, own_connection=True, security=self.security)
+
+    def release(self, c: flight.FlightClient, dedicated: bool = True) -> None:
+        """The call is over: close its client unless it is a kept one."""
+        if dedicated or not self.authenticated:
+            c.close()
+
+    def forget(self, location: str | None = None) -> None:
+        """Close the kept client of ``location`` (every kept one if None): the next call connects again."""
+        for where in [location] if location is not None else list(self._kept):
+            kept = self._kept.pop(where, None)
+            if kept is not None:
+                with contextlib.suppress(Exception):
+                    kept.close()
+
+
+ANONYMOUS = Connector()
+
+
 def options(timeout: float, compression: str | None = None) -> flight.FlightCallOptions:
     if compression:
         return flight.FlightCallOptions(timeout=timeout, write_options=pa.ipc.IpcWriteOptions(compression=compression))
@@ -90,13 +158,19 @@ def put(
     compression: str | None = None,
     timeout: float = CALL_TIMEOUT_S,
     abandon: str | None = None,
+    via: Connector = ANONYMOUS,
 ) -> PutResult:
     """``do_put`` of ``batches`` (each with its app metadata) on one stream, reading one put
     metadata message per batch if ``read_acks``. ``abandon``: ``before_write`` opens the stream
     and drops it; ``after_write`` drops it after the first batch without reading or finishing;
     ``mid_stream`` after reading the first ack."""
     result = PutResult(acks=[])
-    c = client(location)
+    dedicated = abandon is not None
+    try:
+        c = via.open(location, dedicated)
+    except Exception as exc:
+        result.error = CallError.of(exc)
+        return result
     writer: flight.FlightStreamWriter | None = None
     try:
         writer, reader = c.do_put(
@@ -130,7 +204,7 @@ def put(
                     result.error = CallError.of(closed)
             writer = None
     finally:
-        c.close()  # an abandoned stream is cancelled here, then its writer is dropped quietly
+        via.release(c, dedicated)  # an abandoned stream is cancelled here, then its writer is dropped quietly
         if writer is not None:
             with contextlib.suppress(Exception):
                 writer.close()
@@ -146,11 +220,20 @@ class GetResult:
     invalid: str | None = None  # why a received batch failed Arrow's full validation
 
 
-def get(location: str, ticket: bytes, timeout: float = CALL_TIMEOUT_S, read: str = "all") -> GetResult:
+def get(
+    location: str, ticket: bytes, timeout: float = CALL_TIMEOUT_S, read: str = "all", via: Connector = ANONYMOUS
+) -> GetResult:
     """``do_get`` with ``ticket``: read every message (``all``), only the first (``first``, then
     drop the stream) or none (``none``: open and drop). Each received batch is fully validated."""
     result = GetResult(batches=[], metadata=[])
-    c = client(location)
+    dedicated = read != "all"
+    try:
+        c = via.open(location, dedicated)
+    except Exception as exc:
+        result.error = CallError.of(exc)
+        return result
+    reader: flight.FlightStreamReader | None = None
+    finished = False
     try:
         reader = c.do_get(flight.Ticket(ticket), options(timeout))
         if read == "none":
@@ -159,6 +242,7 @@ def get(location: str, ticket: bytes, timeout: float = CALL_TIMEOUT_S, read: str
             try:
                 chunk = reader.read_chunk()
             except StopIteration:
+                finished = True
                 break
             if chunk.data is not None:
                 try:
@@ -172,8 +256,12 @@ def get(location: str, ticket: bytes, timeout: float = CALL_TIMEOUT_S, read: str
                 return result
     except Exception as exc:
         result.error = CallError.of(exc)
+        finished = True
     finally:
-        c.close()
+        if reader is not None and not finished and not dedicated:  # a kept client: end the stream here
+            with contextlib.suppress(Exception):
+                reader.cancel()
+        via.release(c, dedicated)
     return result
 
 
@@ -187,30 +275,39 @@ class ActionResult:
         return json.loads(self.bodies[0]) if self.bodies else None
 
 
-def action(location: str, name: str, body: bytes, timeout: float = CALL_TIMEOUT_S) -> ActionResult:
+def action(
+    location: str, name: str, body: bytes, timeout: float = CALL_TIMEOUT_S, via: Connector = ANONYMOUS
+) -> ActionResult:
     result = ActionResult(bodies=[])
-    c = client(location)
+    try:
+        c = via.open(location, dedicated=False)
+    except Exception as exc:
+        result.error = CallError.of(exc)
+        return result
     try:
         for item in c.do_action(flight.Action(name, body), options(timeout)):
             result.bodies.append(item.body.to_pybytes())
     except Exception as exc:
         result.error = CallError.of(exc)
     finally:
-        c.close()
+        via.release(c, dedicated=False)
     return result
 
 
-def ping(location: str, timeout: float = 5.0) -> int | None:
+def ping(location: str, timeout: float = 5.0, via: Connector = ANONYMOUS) -> int | None:
     """The broker id a ping answers, or None."""
-    result = action(location, "ping", b"{}", timeout)
+    result = action(location, "ping", b"{}", timeout, via)
     try:
         return int(result.json()["broker_id"]) if result.error is None else None
     except (ValueError, KeyError, TypeError):
         return None
 
 
-def list_offsets(location: str, topic: str, partition: int, timeout: float = 10.0) -> dict[str, Any] | CallError:
-    result = action(location, "list_offsets", json.dumps({"topic": topic, "partition": partition}).encode(), timeout)
+def list_offsets(
+    location: str, topic: str, partition: int, timeout: float = 10.0, via: Connector = ANONYMOUS
+) -> dict[str, Any] | CallError:
+    body = json.dumps({"topic": topic, "partition": partition}).encode()
+    result = action(location, "list_offsets", body, timeout, via)
     if result.error is not None:
         return result.error
     return dict(result.json())
@@ -229,7 +326,15 @@ def held_clients(count: int) -> Iterator[list[flight.FlightClient]]:
                 c.close()
 
 
-def abandon_streams(location: str, call: str, ticket: bytes, descriptor: bytes, schema: pa.Schema, count: int) -> int:
+def abandon_streams(
+    location: str,
+    call: str,
+    ticket: bytes,
+    descriptor: bytes,
+    schema: pa.Schema,
+    count: int,
+    via: Connector = ANONYMOUS,
+) -> int:
     """Open ``count`` calls of one sort and drop them without finishing (the client goes away):
     ``get_*`` opens a fetch (``get_unread`` reads nothing, the others their first message; a
     long-poll or following ticket keeps the broker busy after the client left); ``put`` writes
@@ -239,7 +344,10 @@ def abandon_streams(location: str, call: str, ticket: bytes, descriptor: bytes, 
     writers: list[flight.FlightStreamWriter] = []
     with held_clients(count) as clients:
         for _ in range(count):
-            c = client(location)
+            try:
+                c = via.open(location, dedicated=True)
+            except Exception:  # a refused handshake: no call to abandon
+                continue
             clients.append(c)
             try:
                 if call.startswith("get"):

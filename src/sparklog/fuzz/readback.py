@@ -53,7 +53,7 @@ def read_partition(cluster: FuzzCluster, topic: str, partition: int, start: int 
         ticket = json.dumps(
             {"topic": topic, "partition": partition, "offset": position, "max_bytes": FETCH_BYTES, "max_wait_ms": 0}
         ).encode()
-        got = flight_ops.get(location, ticket, timeout=60.0)
+        got = flight_ops.get(location, ticket, timeout=60.0, via=cluster.admin)
         if got.invalid:
             return _failed(
                 f"{topic}-{partition}: a fetch at offset {position} got a malformed batch: {got.invalid}", position

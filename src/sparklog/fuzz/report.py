@@ -1,7 +1,8 @@
 """What a run found: anomalies (each with its case), grouped into failures and findings.
 
 *Failures* break an invariant (the broker died or stopped answering, acknowledged data is gone,
-different or unreadable, a restart did not recover); the run exits non-zero on any. *Findings* are
+different or unreadable, a restart did not recover; in the low-privilege mode, a secret record
+reached the user or a request its ACLs do not allow was answered); the run exits non-zero on any. *Findings* are
 wrong answers that keep the invariants: an invalid batch acknowledged, an error without a typed
 code, a call without an answer in time, a leaked traceback.
 """
@@ -22,7 +23,10 @@ MISMATCH = "mismatch"  # an acknowledged record is read back different
 UNREADABLE = "unreadable"  # reading acknowledged data failed (error, or a batch failing Arrow validation)
 OFFSET_REUSE = "offset-reuse"  # two acknowledgements for the same offsets with different records
 RESTART_FAILED = "restart-failed"  # a restarted broker did not come back serving its partitions
-FAILURES = (CRASH, UNRESPONSIVE, LOST, MISMATCH, UNREADABLE, OFFSET_REUSE, RESTART_FAILED)
+# the low-privilege mode's (sparklog.fuzz.privileges)
+LEAK = "leak"  # a record of a topic the user may not Read reached it (or a topic it may Read)
+UNAUTHORIZED = "unauthorized"  # a request its ACLs do not allow was answered
+FAILURES = (CRASH, UNRESPONSIVE, LOST, MISMATCH, UNREADABLE, OFFSET_REUSE, RESTART_FAILED, LEAK, UNAUTHORIZED)
 
 # findings
 ACCEPTED_INVALID = "accepted-invalid"  # an ack for a batch that must be refused
@@ -62,6 +66,7 @@ class Report:
     """A whole run: counts, seed(s), every anomaly, and the brokers' peak threads and fds."""
 
     seed: int
+    mode: str = "anonymous"  # or "low-privilege" (sparklog.fuzz.privileges)
     cases: int = 0
     by_kind: Counter[str] = dataclasses.field(default_factory=Counter)
     outcomes: Counter[str] = dataclasses.field(default_factory=Counter)
@@ -104,7 +109,7 @@ class Report:
 
     def summary(self, limit: int = 40) -> str:
         lines = [
-            f"fuzz: seed {self.seed}: {self.cases} cases in {self.seconds:.0f} s "
+            f"fuzz ({self.mode}): seed {self.seed}: {self.cases} cases in {self.seconds:.0f} s "
             f"({', '.join(f'{k} {n}' for k, n in sorted(self.by_kind.items()))})",
             f"  acknowledged: {self.acked_batches} batches, {self.acked_records} records; checks {self.checks}, "
             f"restarts {self.restarts}, cluster resets {self.resets}; broker peak threads {self.peak_threads}, "
@@ -130,6 +135,7 @@ class Report:
     def to_json(self) -> dict[str, Any]:
         return {
             "seed": self.seed,
+            "mode": self.mode,
             "cases": self.cases,
             "by_kind": dict(self.by_kind),
             "outcomes": dict(self.outcomes),

@@ -11,6 +11,13 @@ applied to the live cluster, and the invariants are checked.
 A broker that cannot be recovered (it does not come back, or dies again while the cluster
 settles) is a ``restart-failed``; the run then continues on a fresh cluster (at most
 ``max_resets`` times). Every case and its outcome go to ``log_path`` (JSON lines) if given.
+
+``low_privilege``: a secured cluster, cases sent as a user with ACLs on some topics only
+(:mod:`sparklog.fuzz.privileges`): first :func:`~sparklog.fuzz.strategies.low_privilege_sweep`
+(counted in ``cases``), then drawn by :func:`~sparklog.fuzz.strategies.low_privilege_case`.
+Each case's answers are checked as they come (``leak``, ``unauthorized``); after each action or
+abandoned call, and at every check, the topics the user may Read are scanned for secret records.
+The admin's records are in the ledger too, so they must read back and survive the restarts.
 """
 
 from __future__ import annotations
@@ -29,14 +36,14 @@ from typing import IO, Any
 from hypothesis import HealthCheck, Phase, given, seed, settings
 from hypothesis import strategies as st
 
-from sparklog.fuzz import flight_ops
 from sparklog.fuzz.apply import Applier
-from sparklog.fuzz.cases import Case
+from sparklog.fuzz.cases import ABANDON, ACTION, Case
 from sparklog.fuzz.cluster import FuzzCluster
 from sparklog.fuzz.ledger import Ledger
+from sparklog.fuzz.privileges import ReadableScan
 from sparklog.fuzz.readback import verify
-from sparklog.fuzz.report import CRASH, RESTART_FAILED, UNRESPONSIVE, Anomaly, Report, shape
-from sparklog.fuzz.strategies import Topology, any_case
+from sparklog.fuzz.report import CRASH, LEAK, RESTART_FAILED, UNRESPONSIVE, Anomaly, Report, shape
+from sparklog.fuzz.strategies import Topology, any_case, low_privilege_case, low_privilege_sweep
 
 SETTLE_S = 6.0  # a restarted broker must survive a maintenance pass (every 5 s: retention, the log cleaner)
 RECENT_CASES = 25
@@ -61,6 +68,7 @@ class FuzzConfig:
     progress: Callable[[str], None] | None = None
     progress_every_s: float = 15.0
     replay: list[Case] | None = None  # apply these cases (from a case log) instead of drawing new ones
+    low_privilege: bool = False  # a secured cluster, the cases sent as a user with few ACLs (sparklog.fuzz.privileges)
 
 
 class _Stop(BaseException):  # not an error: ends hypothesis' loop without shrinking
@@ -70,10 +78,11 @@ class _Stop(BaseException):  # not an error: ends hypothesis' loop without shrin
 class Runner:
     def __init__(self, config: FuzzConfig) -> None:
         self.config = config
-        self.report = Report(seed=config.seed)
+        self.report = Report(seed=config.seed, mode="low-privilege" if config.low_privilege else "anonymous")
         self.ledger = Ledger()
         self.cluster: FuzzCluster | None = None
         self.applier: Applier | None = None
+        self.scan: ReadableScan | None = None  # the low-privilege mode's scan of the topics the user may Read
         self.recent: collections.deque[str] = collections.deque(maxlen=RECENT_CASES)
         self.deadline = None if config.minutes is None else time.monotonic() + config.minutes * 60
         self._log: IO[str] | None = None
@@ -87,11 +96,20 @@ class Runner:
         work = self.config.work_dir or Path(tempfile.mkdtemp(prefix="sparklog-fuzz-"))
         if self.config.log_path is not None:
             self._log = open(self.config.log_path, "a")  # noqa: SIM115 - closed in finally
-        self.cluster = FuzzCluster(work, self.config.brokers, self.config.zookeeper)
+        self.cluster = FuzzCluster(work, self.config.brokers, self.config.zookeeper, self.config.low_privilege)
         try:
             self.cluster.start()
+            self._record_filled()
             self.applier = Applier(self.cluster, self.ledger)
+            if self.cluster.secrets is not None:
+                self.scan = ReadableScan(self.cluster.secrets)
             self._say(f"cluster up in {work} ({self.config.brokers} broker(s)); seed {self.config.seed}")
+            if self.cluster.access is not None:
+                self._say(
+                    f"cases sent as {self.cluster.access.principal} over SASL_SSL; it may "
+                    + ", ".join(f"{' and '.join(ops)} {t}" for t, ops in sorted(self.cluster.access.grants.items()))
+                    + "; nothing else"
+                )
             with contextlib.suppress(_Stop):
                 if self.config.replay is None:
                     self._drive()
@@ -120,12 +138,21 @@ class Runner:
             cluster.broker_ids,
             {t.name for t in cluster.topics.values() if t.compacted},
         )
-        strategy = any_case(topology)
+        strategy = low_privilege_case(topology) if self.config.low_privilege else any_case(topology)
         counter = {"n": 0}
+        if self.config.low_privilege:  # the authorization matrix first, then drawn cases
+            for case in low_privilege_sweep(topology)[: self.config.cases]:
+                if self.deadline is not None and time.monotonic() > self.deadline:
+                    raise _Stop()
+                self._step(case.with_index(counter["n"]))
+                counter["n"] += 1
+        drawn = self.config.cases - counter["n"]
+        if drawn <= 0:
+            return
 
         @seed(self.config.seed)
         @settings(
-            max_examples=self.config.cases,
+            max_examples=drawn,
             database=None,
             deadline=None,
             derandomize=False,
@@ -165,6 +192,11 @@ class Runner:
         self.report.outcomes[outcome_label.split(":")[0] if outcome_label.startswith("refused") else outcome_label] += 1
         for anomaly in anomalies:
             self.report.add(anomaly)
+        if case.kind in (ACTION, ABANDON):  # a copy may have moved records into a topic the user may Read
+            for anomaly in self._scan_readable():
+                anomaly.case = case.to_json()
+                anomalies.append(anomaly)
+                self.report.add(anomaly)
         self._write_log(case, outcome_label, anomalies, detail, time.monotonic() - started)
         self._health(case)
         n = self.report.cases
@@ -188,9 +220,9 @@ class Runner:
         silent: list[int] = []
         if not dead:
             for broker_id in cluster.broker_ids:
-                if flight_ops.ping(cluster.location(broker_id), timeout=5.0) != broker_id:
+                if cluster.ping(broker_id, timeout=5.0) != broker_id:
                     time.sleep(0.5)  # one more chance: a ping can lose a race with a busy server
-                    if flight_ops.ping(cluster.location(broker_id), timeout=10.0) != broker_id:
+                    if cluster.ping(broker_id, timeout=10.0) != broker_id:
                         silent.append(broker_id)
             dead = [b for b in cluster.broker_ids if not cluster.alive(b)]
         if not dead and not silent:
@@ -258,13 +290,30 @@ class Runner:
         assert self.applier is not None
         self.applier.reset()
         self.recent.clear()
+        if self.scan is not None:
+            self.scan.reset()
         cluster.reset()
+        self._record_filled()
+
+    def _record_filled(self) -> None:
+        """The admin's records of a fresh cluster (low-privilege mode) join the ledger."""
+        for entry in self.cluster_or_fail().filled:
+            self.ledger.add(entry)
+
+    def _scan_readable(self) -> list[Anomaly]:
+        """Secret records in the topics the user may Read (low-privilege mode), since the last scan."""
+        if self.scan is None:
+            return []
+        found = [Anomaly(LEAK, hit) for hit in self.scan.check(self.cluster_or_fail(), self.ledger)]
+        for anomaly in found:
+            self._say(f"{anomaly.kind.upper()}: {anomaly.detail}")
+        return found
 
     def _check(self, full: bool, when: str) -> None:
         cluster = self.cluster_or_fail()
         self.report.checks += 1
         self._sample_stats()
-        anomalies = verify(cluster, self.ledger, full)
+        anomalies = verify(cluster, self.ledger, full) + self._scan_readable()
         for anomaly in anomalies:
             key = (anomaly.kind, shape(anomaly.detail))
             if key in self._reported:

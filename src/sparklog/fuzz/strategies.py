@@ -8,7 +8,15 @@ so that 10,000 cases fit in half an hour on two cores: most batches are small, a
 Symbolic values resolved when the case is applied (they depend on what the partition holds then):
 in a fetch, ``offset_mode``; in a copy slice, ``"$last"`` (the source's high watermark - 1),
 ``"$mid"`` (half of it), ``"$first10"`` (the tenth record) and the sequence ``"$follows"`` (the
-previous slice's sequence plus its records).
+previous slice's sequence plus its records), and the target partition ``"$colocated"`` (one the
+source's leader leads: a copy stays on one broker). In a replica fetch's partitions and a
+``fetch_many``'s, ``offset_mode`` too, and the epoch ``"$current"`` (the partition's leader epoch).
+
+:func:`low_privilege_case` is the low-privilege mode's mix (:mod:`sparklog.fuzz.privileges`): the
+usual cases, plus well-formed requests aimed at what ACLs guard (replica fetches under any
+replica id, ``copy_records`` between every pair of topics, ``offsets_for_leader_epoch``,
+``list_offsets``, consumer fetches and ``fetch_many`` of every topic, ``metadata``); such a run
+starts with :func:`low_privilege_sweep`, each of those once per topic (pair) and replica id.
 """
 
 from __future__ import annotations
@@ -20,7 +28,7 @@ from hypothesis import strategies as st
 from sparklog.fuzz import cases
 from sparklog.fuzz.batches import LAYOUTS, MAX_BATCH_ROWS, TIMESTAMP_MODES, VALID_LAYOUTS
 from sparklog.fuzz.requests import RAW_BODIES, WEIRD_TOPICS, WEIRD_VALUES
-from sparklog.wire import COPY_RECORDS, LIST_OFFSETS, OFFSETS_FOR_LEADER_EPOCH, PING
+from sparklog.wire import COPY_RECORDS, LIST_OFFSETS, METADATA, OFFSETS_FOR_LEADER_EPOCH, PING
 
 SEEDS = st.integers(0, 2**32 - 1)
 INVALID_LAYOUTS = tuple(name for name in LAYOUTS if name not in VALID_LAYOUTS)
@@ -327,3 +335,226 @@ def any_case(draw: st.DrawFn, topology: Topology) -> cases.Case:
         ],
     )
     return draw(strategy)
+
+
+# ----------------------------------------------------------------------------------- the low-privilege mode
+OFFSET_MODES = [(4, "start"), (1, "mid"), (1, "end"), (1, "explicit")]
+
+
+def replica_ids(topology: Topology) -> st.SearchStrategy[Any]:
+    """Any replica id: the consumer's -1, other negative ones, each broker's, one past the last."""
+    brokers = [*topology.brokers, max(topology.brokers, default=0) + 1]
+    return st.sampled_from([-1, -1, -2, -3, -(1 << 31), *brokers, *brokers])
+
+
+@st.composite
+def replica_fetch_case(draw: st.DrawFn, topology: Topology) -> cases.Case:
+    """A replica fetch (``{"type": "replica_fetch", "replica_id", "partitions": [{"t", "p", "o",
+    "e", "hw"}]}``) of 1-3 partitions of any topic, from any replica id, mostly well-formed."""
+    names = sorted(topology.topics)
+    partitions = []
+    for _ in range(weighted(draw, [(5, 1), (2, 2), (1, 3)])):
+        topic = draw(st.sampled_from(names))
+        partitions.append(
+            {
+                "topic": topic,
+                "partition": draw(weighted(draw, [(8, st.integers(0, topology.topics[topic] - 1)), (1, st.just(-1))])),
+                "offset_mode": weighted(draw, OFFSET_MODES),
+                "offset": draw(st.sampled_from([0, 0, -1, 1 << 40])),
+                "epoch": weighted(draw, [(6, "$current"), (1, 0), (1, -1), (1, 1 << 20)]),
+            }
+        )
+    params = {
+        "replica_id": draw(replica_ids(topology)),
+        "partitions": partitions,
+        "max_wait_ms": weighted(draw, [(5, 0), (1, 100)]),
+        "max_bytes": weighted(draw, [(5, 1 << 20), (1, 1), (1, 0)]),
+        "session": weighted(draw, [(3, None), (1, draw(st.integers(1, 2**31 - 1)))]),
+        "edits": draw(edits(["type", "replica_id", "partitions", "max_wait_ms", "max_bytes", "session_epoch"]))
+        if draw(st.integers(0, 5)) == 0
+        else [],
+    }
+    return cases.Case(cases.REPLICA_FETCH, params)
+
+
+@st.composite
+def multi_fetch_case(draw: st.DrawFn, topology: Topology) -> cases.Case:
+    """A consumer's ``fetch_many`` of some partitions of any topic."""
+    topic = draw(st.sampled_from(sorted(topology.topics)))
+    count = topology.topics[topic]
+    chosen = draw(st.lists(st.integers(0, count - 1), min_size=1, max_size=count, unique=True))
+    params = {
+        "topic": topic,
+        "partitions": [
+            {"partition": p, "offset_mode": weighted(draw, OFFSET_MODES), "offset": draw(st.sampled_from([0, -1]))}
+            for p in chosen
+        ],
+        "max_bytes": weighted(draw, [(5, 1 << 20), (1, 1)]),
+        "max_wait_ms": weighted(draw, [(5, 0), (1, 50)]),
+        "compact": draw(st.booleans()),
+        "edits": draw(edits(["type", "topic", "partitions", "max_bytes", "max_wait_ms"]))
+        if draw(st.integers(0, 5)) == 0
+        else [],
+    }
+    return cases.Case(cases.MULTI_FETCH, params)
+
+
+@st.composite
+def plain_fetch_case(draw: st.DrawFn, topology: Topology) -> cases.Case:
+    """A well-formed consumer fetch of any topic's partition (sometimes naming a replica id)."""
+    topic = draw(st.sampled_from(sorted(topology.topics)))
+    ticket: dict[str, Any] = {
+        "topic": topic,
+        "partition": draw(st.integers(0, topology.topics[topic] - 1)),
+        "max_bytes": 1 << 20,
+        "max_wait_ms": 0,
+    }
+    if draw(st.integers(0, 2)) == 0:
+        ticket["replica_id"] = draw(replica_ids(topology))
+    params = {
+        "ticket": ticket,
+        "offset_mode": weighted(draw, OFFSET_MODES),
+        "offset": 0,
+        "read": weighted(draw, [(4, "all"), (1, "first")]),
+        "edits": [],
+    }
+    return cases.Case(cases.FETCH, params)
+
+
+@st.composite
+def guarded_action_case(draw: st.DrawFn, topology: Topology) -> cases.Case:
+    """A well-formed action that ACLs guard: ``copy_records`` from any topic to any other (or the
+    same), ``offsets_for_leader_epoch`` (sometimes as a replica), ``list_offsets`` of one or many
+    partitions, ``metadata`` of some or all topics."""
+    names = sorted(topology.topics)
+    name = weighted(draw, [(5, COPY_RECORDS), (3, OFFSETS_FOR_LEADER_EPOCH), (2, LIST_OFFSETS), (2, METADATA)])
+    topic = draw(st.sampled_from(names))
+    partition = draw(st.integers(0, topology.topics[topic] - 1))
+    base: dict[str, Any]
+    if name == COPY_RECORDS:
+        base = draw(copy_body(topology))
+        if draw(st.integers(0, 2)):  # mostly a small copy of the source's start
+            target = draw(st.sampled_from(names))
+            target_p = draw(st.integers(0, topology.topics[target] - 1))
+            last = weighted(draw, [(2, "$first10"), (1, "$last"), (1, 2)])
+            base["slices"] = [
+                {"first": 0, "last": last, "topic": target, "partition": target_p, "producer_id": -1, "sequence": -1}
+            ]
+    elif name == OFFSETS_FOR_LEADER_EPOCH:
+        base = {"topic": topic, "partition": partition, "epoch": weighted(draw, [(4, 0), (1, 1), (1, -1), (1, 7)])}
+        if draw(st.integers(0, 2)) == 0:
+            base["replica_id"] = draw(replica_ids(topology))
+    elif name == LIST_OFFSETS:
+        if draw(st.booleans()):
+            base = {"topic": topic, "partition": partition}
+            if draw(st.integers(0, 3)) == 0:
+                base["timestamp"] = draw(st.sampled_from([0, -1, -2]))
+        else:
+            chosen = draw(st.lists(st.sampled_from(names), min_size=1, max_size=4))
+            base = {"partitions": [{"topic": t, "partition": 0} for t in chosen]}
+    else:
+        listed = draw(st.one_of(st.none(), st.lists(st.sampled_from(names), min_size=1, max_size=3, unique=True)))
+        base = {"topics": listed}
+        if draw(st.booleans()):
+            base["describe"] = draw(st.booleans())
+    fields = sorted(base) + (["slices"] if name == COPY_RECORDS else [])
+    params = {"name": name, "body": base, "edits": draw(edits(fields)) if draw(st.integers(0, 7)) == 0 else []}
+    return cases.Case(cases.ACTION, params)
+
+
+@st.composite
+def low_privilege_case(draw: st.DrawFn, topology: Topology) -> cases.Case:
+    """The low-privilege mode's mix: 20% guarded actions, 15% replica fetches, 45% the usual cases
+    (:func:`any_case`), 12% plain consumer fetches, 8% ``fetch_many``."""
+    strategy = weighted(
+        draw,
+        [
+            (20, guarded_action_case(topology)),
+            (15, replica_fetch_case(topology)),
+            (45, any_case(topology)),
+            (12, plain_fetch_case(topology)),
+            (8, multi_fetch_case(topology)),
+        ],
+    )
+    return draw(strategy)
+
+
+def low_privilege_sweep(topology: Topology) -> list[cases.Case]:
+    """What a low-privilege run sends first, drawn by nothing: every guarded request once for each
+    topic (a produce; a consumer fetch, also naming each replica id; a ``fetch_many``;
+    ``list_offsets``; ``offsets_for_leader_epoch``, also as a replica), a replica fetch of each topic
+    under each replica id, ``copy_records`` for every ordered pair of topics (the same one too), and
+    ``metadata`` and ``list_offsets`` of every topic at once. Hypothesis draws long runs of similar
+    cases, so a short run would otherwise miss whole rows of this matrix."""
+    names = sorted(topology.topics)
+    ids = [-1, -2, *topology.brokers, max(topology.brokers, default=0) + 1]
+    sweep: list[cases.Case] = []
+    for i, topic in enumerate(names):
+        spec = {
+            "layout": "valid",
+            "rows": 5,
+            "seed": i,
+            "value_size": 16,
+            "keys": 3,
+            "headers": False,
+            "timestamp": "now",
+            "null_values": 0.0,
+        }
+        produce = {
+            "topic": topic,
+            "partition": 0,
+            "acks": "all",
+            "compression": None,
+            "batches": [spec],
+            "idempotence": "none",
+            "producer": 1000,
+            "edits": [],
+            "abandon": None,
+        }
+        sweep.append(cases.Case(cases.PRODUCE, produce))
+        for replica_id in [None, *ids[1:]]:
+            ticket: dict[str, Any] = {"topic": topic, "partition": 0, "max_bytes": 1 << 20, "max_wait_ms": 0}
+            if replica_id is not None:
+                ticket["replica_id"] = replica_id
+            fetch = {"ticket": ticket, "offset_mode": "start", "offset": 0, "read": "all", "edits": []}
+            sweep.append(cases.Case(cases.FETCH, fetch))
+        many = {
+            "topic": topic,
+            "partitions": [
+                {"partition": p, "offset_mode": "start", "offset": 0} for p in range(topology.topics[topic])
+            ],
+            "max_bytes": 1 << 20,
+            "max_wait_ms": 0,
+            "compact": False,
+            "edits": [],
+        }
+        sweep.append(cases.Case(cases.MULTI_FETCH, many))
+        for name, body in (
+            (LIST_OFFSETS, {"topic": topic, "partition": 0}),
+            (OFFSETS_FOR_LEADER_EPOCH, {"topic": topic, "partition": 0, "epoch": 0}),
+            (OFFSETS_FOR_LEADER_EPOCH, {"topic": topic, "partition": 0, "epoch": 0, "replica_id": ids[2]}),
+        ):
+            sweep.append(cases.Case(cases.ACTION, {"name": name, "body": body, "edits": []}))
+    for replica_id in ids:
+        for topic in names:
+            partitions = [{"topic": topic, "partition": 0, "offset_mode": "start", "offset": 0, "epoch": "$current"}]
+            params = {
+                "replica_id": replica_id,
+                "partitions": partitions,
+                "max_wait_ms": 0,
+                "max_bytes": 1 << 20,
+                "session": None,
+                "edits": [],
+            }
+            sweep.append(cases.Case(cases.REPLICA_FETCH, params))
+    for source in names:
+        for target in names:
+            piece = {"first": 0, "last": "$first10", "topic": target, "partition": "$colocated", "producer_id": -1}
+            piece["sequence"] = -1
+            body = {"topic": source, "partition": 0, "acks": "all", "slices": [piece]}
+            sweep.append(cases.Case(cases.ACTION, {"name": COPY_RECORDS, "body": body, "edits": []}))
+    for body in ({"topics": None}, {"topics": names, "describe": True}):
+        sweep.append(cases.Case(cases.ACTION, {"name": METADATA, "body": body, "edits": []}))
+    every = {"partitions": [{"topic": topic, "partition": 0} for topic in names]}
+    sweep.append(cases.Case(cases.ACTION, {"name": LIST_OFFSETS, "body": every, "edits": []}))
+    return sweep
