@@ -11,11 +11,11 @@ from kazoo.client import KazooClient
 
 from broker_helpers import BrokerProcess, ProcessGroup
 from sparklog.coordination.zk_layout import ZkLayout, split_connect_string
+from sparklog.coordination.zookeeper_acls import ZooKeeperDigest, client_options
 from sparklog.security.acl_store import AclStore
 from sparklog.security.acls import AclBinding, ResourcePattern
 from sparklog.security.certificates import CertificateAuthority, CertificateFiles
 from sparklog.security.credential_store import CredentialStore
-from sparklog.security.zookeeper_acls import ZooKeeperDigest, client_options
 
 HOST = "127.0.0.1"
 PASSWORDS = {"admin": "admin-secret", "broker": "broker-secret", "alice": "alice-secret", "bob": "bob-secret"}

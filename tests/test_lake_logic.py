@@ -13,7 +13,7 @@ from deltalake import DeltaTable
 from kazoo.exceptions import NoNodeError
 
 from log_helpers import Clock, config, settled
-from sparklog.broker.lake.delta_table import DeltaTableWriter, app_id, table_uri, topic_app_id
+from sparklog.broker.lake.delta_table import DeltaTableWriter
 from sparklog.broker.lake.rows import lake_rows
 from sparklog.broker.lake.source import READ_ALL
 from sparklog.broker.lake.tierer import FOREIGN_TABLE_RETRY_S, Tierer
@@ -23,6 +23,7 @@ from sparklog.coordination.cluster import ClusterMetadata
 from sparklog.coordination.lake_offsets import LakeOffsets
 from sparklog.coordination.ports import free_port
 from sparklog.errors import InvalidConfig, LakeConflict
+from sparklog.lake_layout import app_id, table_uri, topic_app_id
 from sparklog.local_cluster import LocalCluster, broker_command
 from sparklog.schemas.value_schema import ValueSchema
 

@@ -23,7 +23,7 @@ from lake_helpers import LAKE_TOPIC, TYPED_V1, TYPED_V2, click, lake_broker, wai
 from log_helpers import config
 from sparklog import Admin, Producer
 from sparklog.broker.lake import lake_reader
-from sparklog.broker.lake.delta_table import DeltaTableWriter, schema_app_id
+from sparklog.broker.lake.delta_table import DeltaTableWriter
 from sparklog.broker.lake.lake_reader import LakeReader
 from sparklog.broker.lake.rows import lake_rows
 from sparklog.broker.lake.source import READ_ALL
@@ -32,7 +32,7 @@ from sparklog.broker.lake.union_read import as_stored
 from sparklog.broker.log import PartitionLog
 from sparklog.coordination.cluster import ClusterMetadata
 from sparklog.errors import InvalidConfig, LakeConflict
-from sparklog.lake_layout import value_column_clashes
+from sparklog.lake_layout import schema_app_id, value_column_clashes
 from sparklog.records import schema_version
 from sparklog.schemas.registry import SchemaRegistry
 from sparklog.schemas.value_schema import ValueSchema

@@ -102,13 +102,13 @@ def test_a_fetch_stream_waits_before_each_message_for_its_bytes() -> None:
 
 
 def test_super_users_have_no_quota() -> None:
-    from sparklog.broker.broker import _quotas_but_super_users
+    from sparklog.broker.access_control import quotas_but_super_users
 
     class Cache:
         def quota_for(self, principal: str) -> Quota:
             return Quota(request_rate=1)
 
-    quotas = _quotas_but_super_users(Cache(), frozenset({"User:admin"}))  # type: ignore[arg-type]
+    quotas = quotas_but_super_users(Cache(), frozenset({"User:admin"}))  # type: ignore[arg-type]
     assert quotas("User:admin") == NO_QUOTA and quotas(ALICE) == Quota(request_rate=1)
 
 

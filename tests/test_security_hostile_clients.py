@@ -26,6 +26,7 @@ from kazoo.client import KazooClient
 from broker_helpers import wait_for
 from sparklog import Admin, Producer, wire
 from sparklog.coordination.zk_layout import ZkLayout
+from sparklog.coordination.zookeeper_acls import client_options
 from sparklog.errors import AuthenticationFailed, AuthorizationFailed, InvalidRequest, SparklogError, error_from_code
 from sparklog.local_cluster import LocalCluster
 from sparklog.security.acl_store import AclStore
@@ -33,7 +34,6 @@ from sparklog.security.acls import AclBinding, ResourcePattern
 from sparklog.security.client_config import ClientSecurity
 from sparklog.security.credential_store import CredentialStore
 from sparklog.security.scram import DEFAULT_ITERATIONS
-from sparklog.security.zookeeper_acls import client_options
 
 SECRET = b"TOPSECRET"
 ACLS = {

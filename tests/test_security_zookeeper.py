@@ -14,7 +14,7 @@ from sparklog.client.admin import Admin
 from sparklog.client.consumer import Consumer
 from sparklog.client.producer import Producer
 from sparklog.coordination.zk_layout import ZkLayout, split_connect_string
-from sparklog.security.zookeeper_acls import ZooKeeperDigest, client_options
+from sparklog.coordination.zookeeper_acls import ZooKeeperDigest, client_options
 
 TOPIC = "locked"
 DIGEST = ZooKeeperDigest("sparklog", "zk-secret")

@@ -1,7 +1,8 @@
 """Typed errors raised by sparklog, shared by the broker, the clients and the CLI.
 
 Every error has a stable ``code`` so that it can travel over the wire (Arrow Flight) and be raised
-again as the same type on the client side (see :func:`error_from_code`).
+again as the same type on the client side (see :func:`error_from_code`). Every error a user or a
+client can see is defined here, so ``error_from_code`` knows each one whatever was imported.
 """
 
 from __future__ import annotations
@@ -233,6 +234,59 @@ class LakeUnavailable(SparklogError):
 
     code = "LAKE_UNAVAILABLE"
     retriable = True
+
+
+class SchemaError(InvalidRequest):
+    """An Avro schema is malformed, or cannot be mapped to Arrow (refused when it is declared). Bad
+    *records* (as opposed to bad schemas) raise :class:`InvalidRecord`."""
+
+    code = "SCHEMA_ERROR"
+
+
+class IncompatibleSchema(SchemaError):
+    """A new schema version breaks the topic's ``schema.compatibility`` with the latest version."""
+
+    code = "INCOMPATIBLE_SCHEMA"
+
+    def __init__(self, message: str, problems: list | None = None) -> None:
+        super().__init__(message)
+        self.problems = list(problems or [])
+
+
+class UnknownSchema(SchemaError):
+    """The topic has no schema (it is untyped), or no such version or fingerprint."""
+
+    code = "UNKNOWN_SCHEMA"
+
+
+class SinkConflict(SparklogError):
+    """Another writer changed a Spark sink's state meanwhile (two runs of the same query)."""
+
+    code = "SINK_CONFLICT"
+
+
+class CliError(SparklogError):
+    """A user error the command line finds itself (a bad option combination, a missing file...)."""
+
+    code = "CLI_ERROR"
+
+
+class ZooKeeperNotAvailable(SparklogError):
+    """Java or the ZooKeeper jars are not installed on this machine."""
+
+    code = "ZOOKEEPER_NOT_INSTALLED"
+
+
+class ZooKeeperStartError(SparklogError):
+    """The embedded ZooKeeper process could not be started, died, or did not become ready in time."""
+
+    code = "ZOOKEEPER_START_FAILED"
+
+
+class KafkaNotInstalled(SparklogError):
+    """A benchmark's Kafka peer is missing (jars, Java or confluent-kafka): run ``benchmarks/fetch_kafka.sh``."""
+
+    code = "KAFKA_NOT_INSTALLED"
 
 
 def _all_error_types() -> dict[str, type[SparklogError]]:

@@ -1,5 +1,7 @@
-"""The columns of a lake-enabled topic's Delta table (issue 19) and the check that a typed topic's
-value fields fit next to them. Like :mod:`sparklog.names`, it depends on nothing but the errors,
+"""Where a lake-enabled topic's Delta table is and what its commits are named (the application
+transaction ids of each partition, of the table's schema version and of the topic's id), what
+client and broker both need to know of a table; and its columns with the check that a typed
+topic's value fields fit next to them. It depends on nothing but the errors and the naming rule,
 so topic creation and alteration (:mod:`sparklog.coordination.cluster`), schema registration
 (:mod:`sparklog.schemas.registry`) and the tierer share one rule.
 
@@ -19,6 +21,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from sparklog.errors import InvalidConfig
+from sparklog.names import check_topic_name
 
 PARTITION_COLUMN = "partition"
 RECORD_COLUMNS = (PARTITION_COLUMN, "offset", "timestamp", "key", "headers")
@@ -48,3 +51,24 @@ def check_value_columns(topic: str, fields: Iterable[str]) -> None:
             "column names compare case-insensitively). Rename the field(s) in a new schema version, or leave "
             "lake.enabled off"
         )
+
+
+def app_id(topic: str, partition: int) -> str:
+    """The Delta application transaction id of one partition."""
+    return f"sparklog-{topic}-{partition}"
+
+
+def schema_app_id(topic: str) -> str:
+    """The Delta application transaction id whose version is a typed topic's table's schema version."""
+    return f"sparklog-{topic}-schema"
+
+
+def topic_app_id(topic: str) -> str:
+    """The Delta application transaction id whose version is the id of the topic whose rows the
+    table holds (:meth:`sparklog.coordination.lake_offsets.LakeOffsets.topic_id`)."""
+    return f"sparklog-{topic}-topic"
+
+
+def table_uri(lake_dir: str, topic: str) -> str:
+    """Where a topic's table lives: ``<lake dir>/<topic>`` (a directory or any URI deltalake writes)."""
+    return f"{lake_dir.rstrip('/')}/{check_topic_name(topic)}"

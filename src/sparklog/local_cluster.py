@@ -19,8 +19,8 @@ from sparklog.coordination.cluster import ClusterMetadata
 from sparklog.coordination.ports import free_port, port_is_open
 from sparklog.coordination.zookeeper_server import EmbeddedZooKeeper
 from sparklog.errors import BrokerNotAvailable
+from sparklog.file_modes import DIRECTORY_MODE, open_for_append, restrict_tree
 from sparklog.security.client_config import load_properties
-from sparklog.security.file_modes import DIRECTORY_MODE, open_for_append, restrict_tree
 from sparklog.security.local_setup import LocalSecurity, prepare
 
 BROKER_START_TIMEOUT_S = 60.0

@@ -49,12 +49,12 @@ from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import from_arrow_schema
 from pyspark.sql.types import ArrayType, DataType, MapType, StructField, StructType
 
-from sparklog.broker.lake.delta_table import table_uri
 from sparklog.datasource import connections
 from sparklog.datasource.offsets import discover
 from sparklog.datasource.options import check_known, parse_read_options
 from sparklog.datasource.reader import TIMESTAMP_TYPES, read_schema
 from sparklog.errors import InvalidRequest
+from sparklog.lake_layout import table_uri
 from sparklog.lake_snapshot import LakeSnapshot, read_snapshot
 from sparklog.names import check_topic_name
 

@@ -39,6 +39,7 @@ from typing import Any
 
 from sparklog.bench.paced_values import WARMUP_FLAG_AT, paced_values
 from sparklog.coordination.ports import free_port, port_is_open
+from sparklog.errors import KafkaNotInstalled
 
 KAFKA_VERSION = "4.3.1"  # benchmarks/kafka-pom.xml
 TOPIC = "bench"
@@ -60,10 +61,6 @@ TOOL_JVM_OPTS = ["-Xmx512m", "-XX:+UseG1GC", "-Djava.awt.headless=true"]
 # (10k records of 100 bytes ~ 1 MB), a short linger, enough buffer memory. Kafka's defaults
 # (batch.size=16384, linger.ms=5) are ~2x slower here; pass producer_props={} to measure those.
 TUNED_PRODUCER_PROPS = {"batch.size": "1048576", "linger.ms": "10", "buffer.memory": "268435456"}
-
-
-class KafkaNotInstalled(RuntimeError):
-    """The Kafka jars are missing: run ``benchmarks/fetch_kafka.sh``."""
 
 
 # ------------------------------------------------------------------------------------------------

@@ -6,24 +6,19 @@ leaderships over first)."""
 from __future__ import annotations
 
 import contextlib
-import faulthandler
-import json
 import logging
 import os
 import signal
 import sys
 import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
-import pyarrow.flight as flight
 from kazoo.exceptions import BadVersionError, KazooException, NodeExistsError, NoNodeError
 from kazoo.protocol.states import EventType, KazooState, WatchedEvent
 from kazoo.recipe.watchers import ChildrenWatch, DataWatch
 
-from sparklog import wire
+from sparklog.broker.access_control import AccessControl
 from sparklog.broker.call_limits import DEFAULT_MAX_CALLS_PER_IP
 from sparklog.broker.cluster_requests import ClusterRequests
 from sparklog.broker.controller import Controller
@@ -37,24 +32,18 @@ from sparklog.broker.listeners import open_listeners
 from sparklog.broker.log_manager import DEFAULT_PRODUCER_ID_EXPIRATION_MS, LogManager
 from sparklog.broker.partition import Partition
 from sparklog.broker.partition_state_cache import PartitionStateCache
+from sparklog.broker.peer_clients import PeerClients
 from sparklog.broker.replication.fetch_session import FULL_LOOK_S, FetchSessionCache
 from sparklog.broker.replication.fetcher_manager import ReplicaFetcherManager
-from sparklog.broker.replication.leader_endpoint import FlightLeaderEndPoint
 from sparklog.broker.replication.partition_changes import PartitionChanges
 from sparklog.broker.server import BrokerServer
-from sparklog.broker.throttle import Throttle
 from sparklog.coordination.cluster import BrokerInfo, ClusterMetadata, PartitionState, TopicMetadata
 from sparklog.coordination.lake_offsets import LakeOffsets
-from sparklog.errors import BrokerNotAvailable, InvalidRequest, NotLeader, UnknownTopic
+from sparklog.errors import InvalidRequest, NotLeader, UnknownTopic
 from sparklog.schemas.registry import SchemaRegistry
 from sparklog.schemas.value_schema import ValueSchema
-from sparklog.security.acl_store import AclCache
-from sparklog.security.authorizer import Authorizer
 from sparklog.security.broker_config import BrokerSecurity, Listener
-from sparklog.security.client_config import load_properties
-from sparklog.security.file_modes import owner_only_files_if
-from sparklog.security.quotas import NO_QUOTA, Quota, QuotaCache
-from sparklog.security.replica_guard import UNKNOWN, ReplicaGuard
+from sparklog.security.replica_guard import UNKNOWN
 
 log = logging.getLogger(__name__)
 
@@ -110,7 +99,10 @@ class Broker:
         self.fetch_sessions = FetchSessionCache()  # the followers' fetch sessions with this broker
         # how often a fetch session looks at its idle partitions (noting caught-up times)
         self.full_look_s = min(FULL_LOOK_S, replica_lag_ms / 10_000)
-        self.replication = ReplicaFetcherManager(broker_id, self._leader_endpoint, self.read_state, fetching=False)
+        self.peers = PeerClients(
+            broker_id, self.security.inter_broker, lambda: self.live_brokers, self._read_live_brokers
+        )  # Flight clients to the other brokers
+        self.replication = ReplicaFetcherManager(broker_id, self.peers.leader_endpoint, self.read_state, fetching=False)
         self._watched: set[TopicPartition] = set()  # partitions whose state znode is watched
         self._state_paths: dict[str, TopicPartition] = {}  # state znode path -> its partition
         self._unwatched_states: set[TopicPartition] = set()  # a watch fired, reading it again failed
@@ -125,8 +117,7 @@ class Broker:
         self.server: BrokerServer | None = None  # the first listener's
         self.servers: list[BrokerServer] = []
         self.endpoints: list[Listener] = []  # advertised, with the ports bound
-        self._acls: AclCache | None = None  # with authorizer.enabled: every ACL, kept current by watches
-        self._quotas: QuotaCache | None = None  # with authorizer.enabled: client quotas, likewise
+        self.access: AccessControl | None = None  # replica guard, ACLs and quotas, once started
         self.cluster_requests: ClusterRequests | None = None  # clients' metadata, offsets and admin
         self.group_members: GroupMembers | None = None  # consumer group members hosted for clients
         self.controller: Controller | None = None
@@ -135,7 +126,6 @@ class Broker:
         self.union_read = UnionRead(LakeReader(lake_dir) if lake_dir is not None else None, self.value_schemas.get)
         self.tiering: LakeTiering | None = None
         self.zk_connected = False
-        self._clients: dict[str, flight.FlightClient] = {}
         self._lock = threading.RLock()
         self._stopped = threading.Event()
 
@@ -165,13 +155,9 @@ class Broker:
             self.schemas_of,
             self.group_members,
         )
-        guard = ReplicaGuard(self._registered_principal, self.security.broker_principal)
-        authorizer, throttle = None, None
-        if self.security.authorizer:
-            self._acls = AclCache(self.cluster.zk, self.cluster.layout).start()
-            authorizer = Authorizer(self._acls, self.security.super_users)
-            self._quotas = QuotaCache(self.cluster.zk, self.cluster.layout).start()
-            throttle = Throttle(_quotas_but_super_users(self._quotas, authorizer.super_users))
+        access = self.access = AccessControl(
+            self.security, self.cluster.zk, self.cluster.layout, self._registered_principal
+        )
         bound = open_listeners(
             self,
             self.security,
@@ -179,9 +165,9 @@ class Broker:
             self.cluster.layout,
             self.data_dir,
             self.max_calls_per_ip,
-            guard,
-            authorizer,
-            throttle,
+            access.guard,
+            access.authorizer,
+            access.throttle,
         )  # serving from here on (serve() would only block, and take SIGTERM)
         self.servers = [server for _, server in bound]
         self.server = self.servers[0]
@@ -275,10 +261,8 @@ class Broker:
             server.begin_shutdown()
         self.replication.stop()
         if self.cluster is not None:
-            if self._acls is not None:
-                self._acls.close()
-            if self._quotas is not None:
-                self._quotas.close()
+            if self.access is not None:
+                self.access.close()
             self.cluster.close()  # leave the cluster: clients and followers look elsewhere
         self.zk_connected = False
         finished = True
@@ -290,8 +274,7 @@ class Broker:
             closer.join(max(0.0, deadline - time.monotonic()))
             finished = finished and not closer.is_alive()
         self.logs.close()
-        for client in self._clients.values():
-            client.close()
+        self.peers.close()
         log.info("broker %s stopped in %.1f s", self.broker_id, time.monotonic() - began)
         return finished
 
@@ -674,36 +657,16 @@ class Broker:
         """Each partition this broker follows, and the leader it follows it from."""
         return self.replication.followed()
 
-    def _leader_endpoint(self, leader_id: int) -> FlightLeaderEndPoint:
-        return FlightLeaderEndPoint(leader_id, self.broker_id, lambda: self.flight_client(leader_id), self.call_action)
-
-    def flight_client(self, broker_id: int) -> flight.FlightClient:
-        info = self.live_brokers.get(broker_id)
-        if info is None and self.cluster is not None:
+    def _read_live_brokers(self) -> dict[int, BrokerInfo]:
+        if self.cluster is not None:
             self.live_brokers = self.cluster.brokers()
-            info = self.live_brokers.get(broker_id)
-        if info is None:
-            raise BrokerNotAvailable(f"broker {broker_id} is not live")
-        inter = self.security.inter_broker
-        location = info.location_for(inter.protocol)
-        client = self._clients.get(location)
-        if client is None:
-            client = self._clients[location] = wire.flight_client(location, security=inter)
-        return client
+        return self.live_brokers
 
     def _registered_principal(self, broker_id: int) -> object:
         """The principal broker ``broker_id`` registered (None: it does not authenticate), or
         :data:`UNKNOWN` if it is not live here (yet)."""
         info = self.live_brokers.get(broker_id)
         return UNKNOWN if info is None else info.principal
-
-    def call_action(self, client: flight.FlightClient, name: str, body: dict[str, Any]) -> dict[str, Any]:
-        try:
-            options = flight.FlightCallOptions(timeout=5.0)  # a frozen peer must not hang us
-            results = list(client.do_action(flight.Action(name, wire.encode(body)), options))
-        except flight.FlightError as exc:
-            raise wire.from_flight_error(exc, "peer broker") from None
-        return json.loads(results[0].body.to_pybytes())
 
     def _maintain(self) -> None:
         tick = 0
@@ -735,51 +698,3 @@ class Broker:
                     self.logs.maintain()
                 except Exception:  # a maintenance failure must not kill the broker
                     log.exception("log maintenance failed")
-
-
-def main(
-    broker_id: int,
-    port: int,
-    data_dir: str,
-    zookeeper: str,
-    host: str = "127.0.0.1",
-    max_calls_per_ip: int = DEFAULT_MAX_CALLS_PER_IP,
-    producer_id_expiration_ms: int = DEFAULT_PRODUCER_ID_EXPIRATION_MS,
-    config_file: str | None = None,
-    lake_dir: str | None = None,
-) -> int:
-    """Run one broker in the foreground (``sparklog broker``); ``config_file``: a properties file
-    with its listeners and security settings (:mod:`sparklog.security.broker_config`)."""
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    faulthandler.enable()  # a crash in native code prints every thread's stack to stderr
-    faulthandler.register(signal.SIGUSR1, all_threads=True)  # `kill -USR1` shows what every thread is doing
-    security = None
-    if config_file is not None:
-        security = BrokerSecurity.from_properties(load_properties(config_file), host, port)
-    # log.dirs.owner.only: before the broker writes anything (umask 077 reaches every thread's files)
-    owner_only_files_if(security is not None and security.owner_only, data_dir)
-    stop_early = threading.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):  # a signal during start-up still stops cleanly
-        signal.signal(sig, lambda *_: stop_early.set())
-    broker = Broker(
-        broker_id,
-        data_dir,
-        zookeeper,
-        port=port,
-        host=host,
-        max_calls_per_ip=max_calls_per_ip,
-        producer_id_expiration_ms=producer_id_expiration_ms,
-        security=security,
-        lake_dir=lake_dir,
-    ).start()
-    print(f"broker {broker_id} listening on {host}:{broker.port} (data in {data_dir})", flush=True)
-    if config_file is not None:
-        listed = ", ".join(f"{e.protocol}://{e.host}:{e.port}" for e in broker.endpoints)
-        print(f"broker {broker_id} listeners: {listed}", flush=True)
-    broker.run_until_signalled(stop_early)
-    return 0
-
-
-def _quotas_but_super_users(cache: QuotaCache, super_users: frozenset[str]) -> Callable[[str], Quota]:
-    """The quota of a principal: none for super users (brokers among them), never throttled."""
-    return lambda principal: NO_QUOTA if principal in super_users else cache.quota_for(principal)

@@ -289,7 +289,7 @@ class ClusterRequests:
             _int(request, "partitions"),
             _int(request, "replication_factor", 1),
             _configs(request),
-            schema,
+            None if schema is None else ValueSchema.parse(schema, topic=name),
             internal=_bool(request, "internal"),
         )
         return topic_json(meta)

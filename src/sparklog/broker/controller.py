@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import logging
 import threading
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 from kazoo.recipe.watchers import ChildrenWatch, DataWatch
@@ -23,7 +23,7 @@ from sparklog.coordination.cluster import PartitionState
 from sparklog.errors import UnknownTopic
 
 if TYPE_CHECKING:
-    from sparklog.broker.broker import Broker
+    from sparklog.coordination.cluster import ClusterMetadata
 
 log = logging.getLogger(__name__)
 
@@ -54,10 +54,21 @@ def choose_state(state: PartitionState, replicas: list[int], live: set[int], unc
     return PartitionState(-1, state.leader_epoch, state.isr)
 
 
+class ControllerHost(Protocol):
+    """What the controller needs of the broker it runs in: its id, its ZooKeeper access and whether
+    its ZooKeeper session is connected."""
+
+    broker_id: int
+    zk_connected: bool
+
+    @property
+    def cluster(self) -> ClusterMetadata | None: ...
+
+
 class Controller:
     """Runs inside every broker; acts only while this broker holds the ``controller`` znode."""
 
-    def __init__(self, broker: Broker) -> None:
+    def __init__(self, broker: ControllerHost) -> None:
         self.broker = broker
         self.active = False
         self._wake = threading.Event()

@@ -7,20 +7,16 @@ from __future__ import annotations
 import os
 import secrets
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from kazoo.client import KazooClient
 
-from sparklog.broker.server import BrokerServer, CallThrottle, ListenerTls
+from sparklog.broker.server import BrokerServer, CallThrottle, ListenerTls, ServedBroker
 from sparklog.coordination.zk_layout import ZkLayout
 from sparklog.security.authorizer import Authorizer
 from sparklog.security.broker_config import BrokerSecurity, Listener
 from sparklog.security.credential_store import CredentialStore, CredentialWatch
 from sparklog.security.replica_guard import ReplicaGuard
 from sparklog.security.scram import SaslServerAuth, SessionTokens
-
-if TYPE_CHECKING:
-    from sparklog.broker.broker import Broker
 
 SECRET_FILE = "session-secret"  # in the broker's data directory: signs its session tokens
 
@@ -43,7 +39,7 @@ def session_secret(data_dir: Path) -> bytes:
 
 
 def open_listeners(
-    broker: Broker,
+    broker: ServedBroker,
     security: BrokerSecurity,
     zk: KazooClient,
     layout: ZkLayout,

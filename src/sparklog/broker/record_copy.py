@@ -36,8 +36,8 @@ from sparklog.names import check_topic_name
 from sparklog.records import offsets_of
 
 if TYPE_CHECKING:
-    from sparklog.broker.broker import Broker
     from sparklog.broker.partition import Partition
+    from sparklog.broker.produce_request import ProduceTarget
 
 READ_BYTES = 4 << 20
 MAX_SLICES = 1024
@@ -124,7 +124,7 @@ def read_range(source: Partition, first: int, last: int, max_bytes: int) -> pa.R
 
 
 def copy_records(
-    broker: Broker, request: dict[str, Any], entering: Callable[[int], object] = lambda _size: None
+    broker: ProduceTarget, request: dict[str, Any], entering: Callable[[int], object] = lambda _size: None
 ) -> dict[str, Any]:
     """Run one ``copy_records`` request (see the module docs); the result per slice, in order:
     ``{"base_offset", "last_offset", "count"}``, offsets -1 for a slice stored before. Past

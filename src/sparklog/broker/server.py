@@ -17,7 +17,7 @@ import functools
 import itertools
 import logging
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 import pyarrow as pa
@@ -33,10 +33,12 @@ from sparklog.broker.fetch_follower import FetchFollower, next_offset
 from sparklog.broker.lake.union_read import from_lake
 from sparklog.broker.log.batch_codec import BatchHeader
 from sparklog.broker.multi_fetch_server import MultiFetchResponse
+from sparklog.broker.offset_requests import OffsetRequests
 from sparklog.broker.produce_request import ProduceRequestStream, append_produced, record_batches
 from sparklog.broker.record_copy import copy_records
 from sparklog.broker.replication.fetch_request import ENVELOPE, REPLICA_FETCH
 from sparklog.broker.replication.replica_fetch_server import ReplicaFetchResponse
+from sparklog.broker.request_fields import int_field, topic_field
 from sparklog.broker.throttle import Kind
 from sparklog.broker.typed_values import ConsumerView
 from sparklog.errors import (
@@ -47,15 +49,18 @@ from sparklog.errors import (
     UnknownServerError,
 )
 from sparklog.multi_fetch import FETCH_MANY
-from sparklog.names import check_topic_name
 from sparklog.security.acls import Operation
 from sparklog.security.authorizer import Authorizer
 from sparklog.security.replica_guard import ReplicaGuard
 from sparklog.security.scram import CredentialVersions
 
 if TYPE_CHECKING:
-    from sparklog.broker.broker import Broker
+    from sparklog.broker.cluster_requests import ClusterRequests
+    from sparklog.broker.lake.union_read import UnionRead
     from sparklog.broker.partition import Partition
+    from sparklog.broker.replication.fetch_session import FetchSessionCache
+    from sparklog.broker.replication.partition_changes import PartitionChanges
+    from sparklog.schemas.value_schema import ValueSchema
 
 log = logging.getLogger(__name__)
 
@@ -72,22 +77,6 @@ class ListenerTls:
 
 MAX_FETCH_BYTES = 64 << 20
 MAX_WAIT_MS = 30_000
-MAX_LIST_OFFSETS = 100_000  # partitions in one list_offsets action
-
-
-def _int(request: dict[str, Any], name: str, default: int | None = None) -> int:
-    value = request.get(name, default)
-    if value is None:
-        raise InvalidRequest(f"request is missing '{name}'")
-    if not wire.is_int64(value):
-        kind = "fit in 64 bits" if isinstance(value, int) and not isinstance(value, bool) else "be an integer"
-        raise InvalidRequest(f"'{name}' must {kind}, got {value!r:.100}")
-    return value
-
-
-def _topic(request: dict[str, Any]) -> str:
-    """The request's topic, checked against the naming rule before it is used as a path anywhere."""
-    return check_topic_name(request.get("topic"))
 
 
 @contextlib.contextmanager
@@ -128,6 +117,27 @@ def _parse(data: bytes | Any) -> dict[str, Any]:
     return request
 
 
+class ServedBroker(Protocol):
+    """What the Flight service needs of its broker (:class:`~sparklog.broker.broker.Broker`, or a
+    fake): the partitions it leads, what waiting fetches wait on, the followers' fetch sessions,
+    the lake's union read, the typed topics' schemas and the cluster actions' answers."""
+
+    broker_id: int
+    changes: PartitionChanges
+    fetch_sessions: FetchSessionCache
+    full_look_s: float
+    union_read: UnionRead
+    cluster_requests: ClusterRequests | None
+
+    @property
+    def partitions(self) -> Mapping[tuple[str, int], Partition]: ...
+
+    @property
+    def value_schemas(self) -> Mapping[str, Sequence[ValueSchema]]: ...
+
+    def leader_partition(self, topic: str, p: int, for_write: bool = False) -> Partition: ...
+
+
 class CallThrottle(Protocol):
     """Client quotas (:class:`~sparklog.broker.throttle.Throttle`): the seconds a call must wait."""
 
@@ -135,6 +145,7 @@ class CallThrottle(Protocol):
 
 
 Throttled = Callable[[Kind, float], float]  # (kind, amount) -> the seconds the call was made to wait
+ActionHandler = Callable[[dict[str, Any], CallPermissions, Throttled], dict[str, Any]]
 
 
 def _unthrottled(_kind: Kind, _amount: float) -> float:
@@ -180,7 +191,7 @@ class BrokerServer(flight.FlightServerBase):
 
     def __init__(
         self,
-        broker: Broker,
+        broker: ServedBroker,
         location: str,
         max_calls_per_ip: int = DEFAULT_MAX_CALLS_PER_IP,
         tls: ListenerTls | None = None,
@@ -211,6 +222,15 @@ class BrokerServer(flight.FlightServerBase):
         self.sessions = sessions
         self.sasl = auth_handler is not None  # else a caller is named by its client certificate, if any
         self.stopping = False
+        offsets = OffsetRequests(broker.leader_partition, broker.union_read)
+        # the broker's own actions (what each needs was checked before: call_authorization);
+        # the cluster actions are answered by ``broker.cluster_requests``
+        self._actions: dict[str, ActionHandler] = {
+            wire.PING: lambda _request, _may, _throttled: {"broker_id": broker.broker_id},
+            wire.LIST_OFFSETS: lambda request, may, _throttled: offsets.list_offsets(request, may),
+            wire.OFFSETS_FOR_LEADER_EPOCH: lambda request, _may, _throttled: offsets.leader_epoch_end(request),
+            wire.COPY_RECORDS: self._copy_records,
+        }
 
     def _may(self, context: flight.ServerCallContext) -> CallPermissions:
         return permissions(context, self.authorizer, self.sasl, self.sessions)
@@ -301,9 +321,9 @@ class BrokerServer(flight.FlightServerBase):
                     recheck,  # the row needs nothing more: the session
                 )
                 return
-            topic, p = _topic(request), _int(request, "partition")
-            producer_id = _int(request, "producer_id", -1)
-            sequence = _int(request, "first_sequence", -1)
+            topic, p = topic_field(request), int_field(request, "partition")
+            producer_id = int_field(request, "producer_id", -1)
+            sequence = int_field(request, "first_sequence", -1)
             writer_version = request.get("schema_version")
             if writer_version is not None and not isinstance(writer_version, int):
                 raise InvalidRequest(f"'schema_version' must be an integer, got {writer_version!r}")
@@ -314,7 +334,7 @@ class BrokerServer(flight.FlightServerBase):
                 if self.stopping:
                     raise NotLeader(f"broker {self.broker.broker_id} is shutting down")
                 if metadata is not None and metadata.size:
-                    sequence = _int(_parse(metadata), "sequence", -1)  # per batch (idempotence)
+                    sequence = int_field(_parse(metadata), "sequence", -1)  # per batch (idempotence)
                 partition = self.broker.leader_partition(topic, p, for_write=True)
                 value_schemas = self.broker.value_schemas.get(topic)
                 info = append_produced(partition, data, value_schemas, writer_version, acks, producer_id, sequence)
@@ -336,11 +356,11 @@ class BrokerServer(flight.FlightServerBase):
             if request.get("type") == FETCH_MANY:
                 throttled("request", 1)
                 return self._multi_fetch(request, context, throttled, recheck)
-            topic, p = _topic(request), _int(request, "partition")
-            offset = _int(request, "offset")
-            max_bytes = min(max(_int(request, "max_bytes", 8 << 20), 1), MAX_FETCH_BYTES)
-            max_wait_ms = min(max(_int(request, "max_wait_ms", 0), 0), MAX_WAIT_MS)
-            replica_id = _int(request, "replica_id", -1)  # -1 or a broker's own (checked)
+            topic, p = topic_field(request), int_field(request, "partition")
+            offset = int_field(request, "offset")
+            max_bytes = min(max(int_field(request, "max_bytes", 8 << 20), 1), MAX_FETCH_BYTES)
+            max_wait_ms = min(max(int_field(request, "max_wait_ms", 0), 0), MAX_WAIT_MS)
+            replica_id = int_field(request, "replica_id", -1)  # -1 or a broker's own (checked)
             if replica_id < 0:
                 throttled("request", 1)
             else:
@@ -471,21 +491,19 @@ class BrokerServer(flight.FlightServerBase):
             replica = action.type == wire.OFFSETS_FOR_LEADER_EPOCH and request.get("replica_id", -1) != -1
             throttled = _unthrottled if replica else self._throttler(context)  # replicas are never throttled
             throttled("request", 1)
-            if action.type == wire.PING:
-                result: dict[str, Any] = {"broker_id": self.broker.broker_id}
-            elif action.type == wire.LIST_OFFSETS:
-                result = self._list_offsets(request, may)
-            elif action.type == wire.OFFSETS_FOR_LEADER_EPOCH:
-                result = self._offsets_for_leader_epoch(request)
-            elif action.type == wire.COPY_RECORDS:
-                if self.stopping:
-                    raise NotLeader(f"broker {self.broker.broker_id} is shutting down")
-                result = copy_records(self.broker, request, lambda size: throttled("produce", size))
+            handler = self._actions.get(action.type)
+            if handler is not None:
+                result = handler(request, may, throttled)
             elif self.broker.cluster_requests is not None and action.type in self.broker.cluster_requests.actions:
                 result = self.broker.cluster_requests.answer(action.type, request, may)
             else:
                 raise InvalidRequest(f"action {action.type!r:.100} is not served by this broker")
         return iter([wire.encode(result)])
+
+    def _copy_records(self, request: dict[str, Any], _may: CallPermissions, throttled: Throttled) -> dict[str, Any]:
+        if self.stopping:
+            raise NotLeader(f"broker {self.broker.broker_id} is shutting down")
+        return copy_records(self.broker, request, lambda size: throttled("produce", size))
 
     def list_actions(self, context: flight.ServerCallContext) -> list[tuple[str, str]]:
         return [
@@ -495,49 +513,3 @@ class BrokerServer(flight.FlightServerBase):
             (wire.COPY_RECORDS, "copy offset ranges to partitions this broker leads (idempotent)"),
             *((name, "cluster metadata, group offsets, topic administration") for name in wire.CLUSTER_ACTIONS),
         ]
-
-    def _list_offsets(self, request: dict[str, Any], may: CallPermissions) -> dict[str, Any]:
-        """One partition's offsets; or, with ``"partitions": [{"topic", "partition", "timestamp"?}, ...]``,
-        ``{"results": [...]}`` with each partition's offsets or its own ``{"error", "message"}``
-        (Kafka's ListOffsets: a consumer of many partitions asks each leader once)."""
-        items = request.get("partitions")
-        if items is None:  # Describe on its topic: checked by the call table
-            return self._partition_offsets(request)
-        if not isinstance(items, list) or len(items) > MAX_LIST_OFFSETS or not all(isinstance(i, dict) for i in items):
-            raise InvalidRequest(f"'partitions' must be a list of at most {MAX_LIST_OFFSETS} objects")
-        results: list[dict[str, Any]] = []
-        for item in items:
-            try:
-                may.check(Operation.DESCRIBE, TOPIC, _topic(item))
-                results.append(self._partition_offsets(item))
-            except SparklogError as exc:  # this partition only
-                results.append({"error": exc.code, "message": str(exc)[: wire.MAX_ERROR_MESSAGE]})
-        return {"results": results}
-
-    def _partition_offsets(self, request: dict[str, Any]) -> dict[str, Any]:
-        topic, p = _topic(request), _int(request, "partition")
-        partition = self.broker.leader_partition(topic, p)
-        plog = partition.log
-        union = self.broker.union_read
-        result: dict[str, Any] = {
-            "log_start_offset": union.earliest(partition),  # in the lake when the lake reaches the log
-            "local_log_start_offset": plog.log_start_offset,
-            "log_end_offset": plog.log_end_offset,
-            "high_watermark": partition.high_watermark,
-            "leader_epoch": partition.leader_epoch,
-        }
-        if plog.config.lake_enabled:
-            result["lake_offset"] = plog.tiered_offset  # None until the tierer has read the table
-            result["lake_table"] = union.lake_table(topic)  # None: this broker has no lake dir
-        if "timestamp" in request:
-            found = union.offset_for_time(partition, _int(request, "timestamp"))
-            result["offset_for_time"] = None if found is None or found >= partition.high_watermark else found
-        return result
-
-    def _offsets_for_leader_epoch(self, request: dict[str, Any]) -> dict[str, Any]:
-        topic, p = _topic(request), _int(request, "partition")
-        partition = self.broker.leader_partition(topic, p)
-        plog = partition.log
-        with plog.lock:
-            epoch, end = plog.epochs.end_offset_for(_int(request, "epoch"), plog.log_end_offset)
-        return {"epoch": epoch, "end_offset": end, "log_start_offset": plog.log_start_offset}

@@ -141,7 +141,7 @@ def run_zookeeper(args: argparse.Namespace) -> int:
 
 # ----------------------------------------------------------------- sparklog broker
 def run_broker(args: argparse.Namespace) -> int:
-    from sparklog.broker.broker import main as broker_main
+    from sparklog.broker.__main__ import main as broker_main
     from sparklog.coordination.ports import port_is_open
 
     if args.id < 0:

@@ -9,6 +9,8 @@ import sys
 from collections.abc import Iterable, Sequence
 from typing import Any, TextIO
 
+from sparklog.errors import CliError as CliError  # every command raises it from here
+
 DEFAULT_ZOOKEEPER = "127.0.0.1:2181"
 ZOOKEEPER_ENV = "SPARKLOG_ZOOKEEPER"
 BOOTSTRAP_ENV = "SPARKLOG_BOOTSTRAP_SERVERS"
@@ -17,10 +19,6 @@ BOOTSTRAP_ENV = "SPARKLOG_BOOTSTRAP_SERVERS"
 # how long a command rides out a leader failover before it reports the error (a failover takes
 # about a ZooKeeper session timeout, 4 s, plus an election)
 CLI_RETRY_TIMEOUT_S = 10.0
-
-
-class CliError(Exception):
-    """A user error detected by the CLI itself (bad option combination, missing file, ...)."""
 
 
 def add_zookeeper_option(parser: argparse.ArgumentParser) -> None:

@@ -101,13 +101,19 @@ def _describe_error(exc: BaseException, zookeeper: str) -> str:
     """The one line to print for an error that ended a command."""
     import pyarrow as pa
     import pyarrow.flight as flight
-    from kazoo.exceptions import KazooException
+    from kazoo.exceptions import AuthFailedError, KazooException, NoAuthError
     from kazoo.handlers.threading import KazooTimeoutError
 
-    from sparklog.coordination.zookeeper_server import ZooKeeperNotAvailable, ZooKeeperStartError
+    from sparklog.coordination.zookeeper_acls import DIGEST_ENV
 
-    if isinstance(exc, SparklogError | CliError | ZooKeeperStartError | ZooKeeperNotAvailable):
+    if isinstance(exc, SparklogError):
         return _one_line(exc)
+    if isinstance(exc, NoAuthError | AuthFailedError):
+        return (
+            f"ZooKeeper at {zookeeper} refused this command's credentials ({type(exc).__name__}): it is locked "
+            f"down; set {DIGEST_ENV}=sparklog:<password> (the zookeeper password in "
+            f"<data-dir>/security/secrets.properties of `sparklog up --secure`)"
+        )
     if isinstance(exc, KazooException | KazooTimeoutError):
         return f"lost the connection to ZooKeeper at {zookeeper} ({type(exc).__name__}); is it running?"
     if isinstance(exc, flight.FlightError):

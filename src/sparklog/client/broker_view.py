@@ -26,8 +26,14 @@ from sparklog.client.cluster_address import parse_bootstrap_servers
 from sparklog.client.cluster_view import TopicPartition
 from sparklog.client.flight_clients import FlightClients
 from sparklog.coordination.cluster import BrokerInfo, PartitionState, TopicMetadata, broker_info
-from sparklog.errors import BrokerNotAvailable, InvalidRequest, SparklogError, UnknownTopic, error_from_code
-from sparklog.schemas.errors import UnknownSchema
+from sparklog.errors import (
+    BrokerNotAvailable,
+    InvalidRequest,
+    SparklogError,
+    UnknownSchema,
+    UnknownTopic,
+    error_from_code,
+)
 from sparklog.schemas.value_schema import ValueSchema
 from sparklog.security.client_config import PLAINTEXT, ClientSecurity
 

@@ -171,7 +171,8 @@ class ZooKeeperView:
         *,
         internal: bool = False,
     ) -> TopicMetadata:
-        return self.cluster.create_topic(name, partitions, replication_factor, configs, value_schema, internal=internal)
+        parsed = None if value_schema is None else ValueSchema.parse(value_schema, topic=name)  # refused now if bad
+        return self.cluster.create_topic(name, partitions, replication_factor, configs, parsed, internal=internal)
 
     def delete_topic(self, name: str, *, internal: bool = False) -> None:
         self.cluster.delete_topic(name, internal=internal)

@@ -7,7 +7,7 @@ import contextlib
 import dataclasses
 import json
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from kazoo.client import KazooClient
 from kazoo.exceptions import NodeExistsError, NoNodeError, NotEmptyError, RolledBackError
@@ -16,6 +16,7 @@ from kazoo.protocol.states import WatchedEvent
 
 from sparklog.config import PARTITIONER_CONFIG, TopicConfig
 from sparklog.coordination.zk_layout import ZkLayout, split_connect_string
+from sparklog.coordination.zookeeper_acls import ZooKeeperDigest, client_options
 from sparklog.errors import (
     CoordinatorNotAvailable,
     InvalidConfig,
@@ -28,7 +29,9 @@ from sparklog.errors import (
 from sparklog.lake_layout import check_value_columns
 from sparklog.names import check_group_id, check_not_internal, check_topic_name
 from sparklog.partitioner_names import NEW_TOPIC_PARTITIONER
-from sparklog.security.zookeeper_acls import ZooKeeperDigest, client_options
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 # the most partitions a topic may have (Kafka's num.partitions.max; KIP-578 has no default, we pick
 # one that keeps a topic's metadata a small fraction of ZooKeeper's 1 MB znode limit)
@@ -162,6 +165,18 @@ def _chunks(ops: list[tuple[str, str, bytes]]) -> Iterable[list[tuple[str, str, 
         yield chunk
 
 
+class TopicValueSchema(Protocol):
+    """A typed topic's value schema as topic creation needs it (a parsed
+    :class:`~sparklog.schemas.value_schema.ValueSchema`): the JSON the registry stores, and the
+    Arrow type whose fields a lake-enabled topic's table gets as columns."""
+
+    @property
+    def json(self) -> str: ...
+
+    @property
+    def arrow_type(self) -> pa.StructType: ...
+
+
 class ClusterMetadata:
     """Reads and writes sparklog's ZooKeeper nodes (layout: :mod:`sparklog.coordination.zk_layout`)."""
 
@@ -173,7 +188,7 @@ class ClusterMetadata:
         digest: ZooKeeperDigest | None = None,
     ) -> None:
         """``digest``: authenticate to ZooKeeper and create znodes only it may change (default: env
-        ``SPARKLOG_ZOOKEEPER_DIGEST``, if set; :mod:`sparklog.security.zookeeper_acls`)."""
+        ``SPARKLOG_ZOOKEEPER_DIGEST``, if set; :mod:`sparklog.coordination.zookeeper_acls`)."""
         hosts, root = split_connect_string(connect)
         self.connect = connect
         self.layout = ZkLayout(root)
@@ -249,14 +264,14 @@ class ClusterMetadata:
         partitions: int,
         replication_factor: int = 1,
         configs: Mapping[str, Any] | None = None,
-        value_schema: Any = None,
+        value_schema: TopicValueSchema | None = None,
         *,
         internal: bool = False,
         num_partitions_max: int = NUM_PARTITIONS_MAX,
     ) -> TopicMetadata:
         """Create a topic, assigning its partitions' replicas to the live brokers. With
-        ``value_schema`` (Avro JSON) it is a typed topic: the schema is version 1, created in the
-        same ZooKeeper transaction as the topic node.
+        ``value_schema`` (parsed and checked by the caller: ``ValueSchema.parse``) it is a typed
+        topic: the schema is version 1, created in the same ZooKeeper transaction as the topic node.
 
         Names starting with ``__sparklog`` are refused (:class:`InvalidTopic`) unless ``internal``:
         only sparklog itself creates its internal topics. More than ``num_partitions_max``
@@ -289,12 +304,9 @@ class ClusterMetadata:
             )
         schema_json = None
         if value_schema is not None:
-            from sparklog.schemas.value_schema import ValueSchema
-
-            parsed = ValueSchema.parse(value_schema, topic=name)  # refuses bad or unmappable schemas now
-            schema_json = parsed.json
+            schema_json = value_schema.json
             if config.lake_enabled:  # its fields become the Delta table's columns
-                check_value_columns(name, parsed.arrow_type.names)
+                check_value_columns(name, value_schema.arrow_type.names)
         brokers = list(self.brokers())
         if len(brokers) < replication_factor:
             raise InvalidRequest(

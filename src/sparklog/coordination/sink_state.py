@@ -15,17 +15,11 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 
 from sparklog.coordination.zk_layout import ZkLayout
-from sparklog.errors import SparklogError
+from sparklog.errors import SinkConflict
 from sparklog.names import check_transactional_id
 
 _ZLIB = b"zlib:"
 COMPRESS_FROM = 256 << 10
-
-
-class SinkConflict(SparklogError):
-    """Another writer changed this sink's state meanwhile (two runs of the same query)."""
-
-    code = "SINK_CONFLICT"
 
 
 def decode_state(data: bytes) -> dict[str, Any]:

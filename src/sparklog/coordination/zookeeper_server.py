@@ -29,7 +29,8 @@ from types import TracebackType
 
 from sparklog.child_process import preexec
 from sparklog.coordination.ports import free_port, port_is_open
-from sparklog.security.file_modes import DIRECTORY_MODE, OWNER_ONLY_UMASK, open_for_append, restrict_tree
+from sparklog.errors import ZooKeeperNotAvailable, ZooKeeperStartError
+from sparklog.file_modes import DIRECTORY_MODE, OWNER_ONLY_UMASK, open_for_append, restrict_tree
 
 __all__ = [
     "CLASSPATH_ENV",
@@ -90,14 +91,6 @@ _LOGBACK_XML = """\
   <root level="INFO"><appender-ref ref="CONSOLE"/></root>
 </configuration>
 """
-
-
-class ZooKeeperNotAvailable(RuntimeError):
-    """Java or the ZooKeeper jars are not installed on this machine."""
-
-
-class ZooKeeperStartError(RuntimeError):
-    """The ZooKeeper process could not be started, died, or did not become ready in time."""
 
 
 def find_java() -> str | None:

@@ -30,7 +30,7 @@ import secrets
 import time
 import uuid
 from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import pyarrow as pa
 import pyarrow.ipc as ipc
@@ -46,7 +46,6 @@ from sparklog.security.credential_store import MIN_ITERATIONS, CredentialStore
 from sparklog.wire import COPY_RECORDS, LIST_OFFSETS, METADATA, OFFSETS_FOR_LEADER_EPOCH
 
 if TYPE_CHECKING:
-    from sparklog.fuzz.cluster import FuzzCluster
     from sparklog.local_cluster import LocalCluster
 
 USER = "fz-user"
@@ -350,7 +349,26 @@ def _unique(hits: list[str]) -> list[str]:
     return list(dict.fromkeys(hits))
 
 
-def fill(cluster: FuzzCluster, secret: Secrets) -> list[Entry]:
+class TopicShape(Protocol):
+    name: str
+    partitions: int
+
+
+class AdminView(Protocol):
+    """What filling and scanning need of the fuzzed cluster (:class:`~sparklog.fuzz.cluster.FuzzCluster`):
+    its topics, where a partition's leader is, a partition's offsets, and the admin's connections."""
+
+    admin: flight_ops.Connector
+
+    @property
+    def topics(self) -> Mapping[str, TopicShape]: ...
+
+    def leader_location(self, topic: str, partition: int) -> str: ...
+
+    def offsets(self, topic: str, partition: int) -> dict[str, Any] | None: ...
+
+
+def fill(cluster: AdminView, secret: Secrets) -> list[Entry]:
     """The admin writes :data:`FILL_RECORDS` marked records to each partition of every topic the
     user may not Read; their ledger entries (they must read back like any acknowledged record)."""
     entries: list[Entry] = []
@@ -392,7 +410,7 @@ class ReadableScan:
     def reset(self) -> None:
         self.position.clear()
 
-    def check(self, cluster: FuzzCluster, ledger: Ledger) -> list[str]:
+    def check(self, cluster: AdminView, ledger: Ledger) -> list[str]:
         found: list[str] = []
         for topic in ACCESS.readable:
             spec = cluster.topics.get(topic)
@@ -400,7 +418,7 @@ class ReadableScan:
                 found += self._partition(cluster, ledger, topic, partition)
         return found
 
-    def _partition(self, cluster: FuzzCluster, ledger: Ledger, topic: str, partition: int) -> list[str]:
+    def _partition(self, cluster: AdminView, ledger: Ledger, topic: str, partition: int) -> list[str]:
         offsets = cluster.offsets(topic, partition)
         if offsets is None:
             return []  # the read-back checks report a partition nobody answers for

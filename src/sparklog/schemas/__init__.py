@@ -21,15 +21,16 @@ struct column (mapping: :mod:`sparklog.schemas.avro_arrow`). Modules:
   the fallback for damaged data).
 * :mod:`~sparklog.schemas.bench` — ``python -m sparklog.schemas.bench``: codec throughput, 20 fields.
 
-Errors: :class:`SchemaError`, :class:`IncompatibleSchema`, :class:`UnknownSchema` (all
-``InvalidRequest``), and :class:`sparklog.errors.InvalidRecord` for bad values.
+Errors (in :mod:`sparklog.errors`, named here too): :class:`SchemaError`, :class:`IncompatibleSchema`,
+:class:`UnknownSchema` (all ``InvalidRequest``), and :class:`sparklog.errors.InvalidRecord` for bad
+values.
 """
 
+from sparklog.errors import IncompatibleSchema, SchemaError, UnknownSchema
 from sparklog.schemas.avro_arrow import avro_to_arrow
 from sparklog.schemas.codec import decode_avro, encode_avro
 from sparklog.schemas.compatibility import Problem, assert_compatible, check
 from sparklog.schemas.conformance import conform
-from sparklog.schemas.errors import IncompatibleSchema, SchemaError, UnknownSchema
 from sparklog.schemas.evolution import evolve, needs_evolution
 from sparklog.schemas.projection import parse_fields, project, project_batch, projected_type
 from sparklog.schemas.pylist import from_pylist

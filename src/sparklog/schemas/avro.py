@@ -16,7 +16,7 @@ import fastavro
 from fastavro.schema import fingerprint as _fastavro_fingerprint
 from fastavro.schema import to_parsing_canonical_form
 
-from sparklog.schemas.errors import SchemaError
+from sparklog.errors import SchemaError
 
 PRIMITIVES = ("null", "boolean", "int", "long", "float", "double", "bytes", "string")
 NAMED = ("record", "error", "enum", "fixed")

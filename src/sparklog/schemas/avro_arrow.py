@@ -47,8 +47,8 @@ from typing import Any
 
 import pyarrow as pa
 
+from sparklog.errors import SchemaError
 from sparklog.schemas.avro import PRIMITIVES, AvroSchema, describe, named_types, parse_avro, resolve, type_name
-from sparklog.schemas.errors import SchemaError
 
 FIELD_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 

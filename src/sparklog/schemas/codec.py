@@ -22,21 +22,20 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 import pyarrow as pa
 
-from sparklog.errors import InvalidRecord
+from sparklog.errors import InvalidRecord, UnknownSchema
 from sparklog.schemas import fast_decode, fast_encode
 from sparklog.schemas.conformance import conform
-from sparklog.schemas.errors import UnknownSchema
 from sparklog.schemas.evolution import evolve
 from sparklog.schemas.fastavro_codec import decode_bodies_fastavro, encode_fastavro
 
 if TYPE_CHECKING:
-    from sparklog.schemas.value_schema import ValueSchema
+    from sparklog.schemas.schema_view import SchemaView
 
 SINGLE_OBJECT_MAGIC = b"\xc3\x01"
 SINGLE_OBJECT_HEADER = 10  # magic (2) + fingerprint (8)
 Framing = Literal["single-object", "schemaless"]
 FRAMINGS = ("single-object", "schemaless")
-Lookup = Callable[[bytes], "ValueSchema"]
+Lookup = Callable[[bytes], "SchemaView"]
 
 
 # =========================================================================== framing
@@ -109,10 +108,10 @@ def _fp_int(fingerprint: bytes) -> int:
 
 def decode_avro(
     payloads: Any,
-    schema: ValueSchema,
+    schema: SchemaView,
     *,
     framing: Framing = "single-object",
-    writer: ValueSchema | None = None,
+    writer: SchemaView | None = None,
     lookup: Lookup | None = None,
 ) -> pa.StructArray:
     """Avro payloads -> a struct column of ``schema.arrow_type``.
@@ -144,8 +143,8 @@ def decode_avro(
 
 
 def _group_by_fingerprint(
-    fps: np.ndarray, valid: np.ndarray, schema: ValueSchema, writer: ValueSchema | None, lookup: Lookup | None
-) -> list[tuple[ValueSchema, np.ndarray]]:
+    fps: np.ndarray, valid: np.ndarray, schema: SchemaView, writer: SchemaView | None, lookup: Lookup | None
+) -> list[tuple[SchemaView, np.ndarray]]:
     known = {_fp_int(schema.fingerprint): schema}
     if writer is not None:
         known.setdefault(_fp_int(writer.fingerprint), writer)
@@ -171,7 +170,7 @@ def _group_by_fingerprint(
 
 
 def decode_bodies(
-    data: np.ndarray | bytes, starts: np.ndarray, ends: np.ndarray, writer: ValueSchema, rows: np.ndarray | None = None
+    data: np.ndarray | bytes, starts: np.ndarray, ends: np.ndarray, writer: SchemaView, rows: np.ndarray | None = None
 ) -> pa.StructArray:
     """Decode Avro bodies ``data[starts[i]:ends[i]]`` written with ``writer`` into a column of its type
     (``rows`` only labels error messages)."""
@@ -200,7 +199,7 @@ def _scatter(parts: list[tuple[np.ndarray, pa.Array]], n: int, type_: pa.DataTyp
 # =========================================================================== encode
 
 
-def encode_avro(values: Any, schema: ValueSchema, *, framing: Framing = "single-object") -> pa.Array:
+def encode_avro(values: Any, schema: SchemaView, *, framing: Framing = "single-object") -> pa.Array:
     """A struct column (or anything :func:`conform` accepts) -> Avro payloads, one per row: binary,
     with ``C3 01`` + fingerprint in front of each body for ``framing="single-object"``; null values
     give null payloads."""

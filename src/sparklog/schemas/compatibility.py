@@ -29,9 +29,8 @@ import dataclasses
 from typing import Any
 
 from sparklog.config import SCHEMA_COMPATIBILITIES
-from sparklog.errors import InvalidConfig
+from sparklog.errors import IncompatibleSchema, InvalidConfig
 from sparklog.schemas.avro import PRIMITIVES, describe, named_types, parse_avro, resolve, short_name, type_name
-from sparklog.schemas.errors import IncompatibleSchema
 from sparklog.schemas.value_schema import ValueSchema
 
 PROMOTIONS = {

@@ -24,7 +24,7 @@ from sparklog.schemas.avro_arrow import Node
 from sparklog.schemas.defaults import default_column
 
 if TYPE_CHECKING:
-    from sparklog.schemas.value_schema import ValueSchema
+    from sparklog.schemas.schema_view import SchemaView
 
 UUID_PATTERN = r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$"
 
@@ -48,7 +48,7 @@ def as_struct(values: Any) -> pa.StructArray:
     return values
 
 
-def conform(values: Any, schema: ValueSchema) -> pa.StructArray:
+def conform(values: Any, schema: SchemaView) -> pa.StructArray:
     """Arrow values -> a struct column of exactly ``schema.arrow_type`` (zero-copy when it already is
     and every value is valid). Fields are matched by name; safe casts only (int32 -> int64, a smaller
     timestamp unit, ...; never a lossy one nor parsing text); missing nullable fields become nulls and

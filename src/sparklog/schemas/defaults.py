@@ -13,9 +13,9 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from sparklog.errors import SchemaError
 from sparklog.schemas._arrays import to_logical
 from sparklog.schemas.avro_arrow import Field, Node
-from sparklog.schemas.errors import SchemaError
 
 
 def default_column(f: Field, length: int) -> pa.Array:

@@ -20,15 +20,14 @@ from typing import TYPE_CHECKING
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from sparklog.errors import InvalidRecord
+from sparklog.errors import IncompatibleSchema, InvalidRecord
 from sparklog.schemas._arrays import list_parts, make_list, make_struct, struct_children
 from sparklog.schemas.avro import short_name
 from sparklog.schemas.avro_arrow import Field, Node
 from sparklog.schemas.defaults import default_column
-from sparklog.schemas.errors import IncompatibleSchema
 
 if TYPE_CHECKING:
-    from sparklog.schemas.value_schema import ValueSchema
+    from sparklog.schemas.schema_view import SchemaView
 
 _PROMOTIONS = {
     ("int", "long"),
@@ -42,7 +41,7 @@ _PROMOTIONS = {
 }
 
 
-def evolve(values: pa.Array, writer: ValueSchema, reader: ValueSchema) -> pa.StructArray:
+def evolve(values: pa.Array, writer: SchemaView, reader: SchemaView) -> pa.StructArray:
     """``values`` (of ``writer.arrow_type``) as ``reader.arrow_type``; zero-copy if nothing changes."""
     if writer is reader or writer.same_as(reader):
         return values
@@ -53,7 +52,7 @@ def evolve(values: pa.Array, writer: ValueSchema, reader: ValueSchema) -> pa.Str
     return _Evolver(writer, reader).node(values, writer.tree, reader.tree)
 
 
-def needs_evolution(writer: ValueSchema, reader: ValueSchema) -> bool:
+def needs_evolution(writer: SchemaView, reader: SchemaView) -> bool:
     """Whether values of ``writer`` must be converted to be values of ``reader``."""
     return not (writer.same_as(reader) or _same(writer.tree, reader.tree))
 
@@ -77,7 +76,7 @@ def _same(w: Node, r: Node) -> bool:
 
 
 class _Evolver:
-    def __init__(self, writer: ValueSchema, reader: ValueSchema) -> None:
+    def __init__(self, writer: SchemaView, reader: SchemaView) -> None:
         self.writer, self.reader = writer, reader
 
     def fail(self, r: Node, why: str) -> IncompatibleSchema:

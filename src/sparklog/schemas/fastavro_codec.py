@@ -19,11 +19,11 @@ from sparklog.errors import InvalidRecord
 from sparklog.schemas._arrays import binary_from_parts, to_logical, to_physical
 
 if TYPE_CHECKING:
-    from sparklog.schemas.value_schema import ValueSchema
+    from sparklog.schemas.schema_view import SchemaView
 
 
 def decode_bodies_fastavro(
-    data: np.ndarray | bytes, starts: np.ndarray, ends: np.ndarray, writer: ValueSchema, rows: np.ndarray | None = None
+    data: np.ndarray | bytes, starts: np.ndarray, ends: np.ndarray, writer: SchemaView, rows: np.ndarray | None = None
 ) -> pa.StructArray:
     """The reference decoder: fastavro per payload, then one ``pa.array`` over the dicts."""
     view = memoryview(data if isinstance(data, bytes) else np.ascontiguousarray(data)).cast("B")
@@ -49,7 +49,7 @@ def decode_bodies_fastavro(
     return to_logical(arr, writer.tree)
 
 
-def encode_fastavro(arr: pa.StructArray, schema: ValueSchema, prefix: bytes = b"") -> pa.Array:
+def encode_fastavro(arr: pa.StructArray, schema: SchemaView, prefix: bytes = b"") -> pa.Array:
     """The reference encoder: ``to_pylist`` then fastavro per row into one buffer."""
     n = len(arr)
     physical_values = to_physical(arr, schema.tree)

@@ -18,10 +18,10 @@ from sparklog.schemas.avro_arrow import Node
 from sparklog.schemas.conformance import conform
 
 if TYPE_CHECKING:
-    from sparklog.schemas.value_schema import ValueSchema
+    from sparklog.schemas.schema_view import SchemaView
 
 
-def from_pylist(rows: Iterable[Mapping[str, Any] | None], schema: ValueSchema) -> pa.StructArray:
+def from_pylist(rows: Iterable[Mapping[str, Any] | None], schema: SchemaView) -> pa.StructArray:
     """Python dicts (``None`` for a null value) -> a struct column of ``schema.arrow_type``.
 
     Values use Arrow's Python conversions: ints, floats, str, bytes, bool, ``datetime`` (or epoch

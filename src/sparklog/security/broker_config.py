@@ -12,12 +12,12 @@ properties file (``sparklog broker --config server.properties``):
 - ``sasl.enabled.mechanisms``: ``SCRAM-SHA-256`` (default) and/or ``PLAIN``.
 - ``super.users``: ``User:admin;User:broker`` — allowed everything.
 - ``zookeeper.digest``: ``user:password``: authenticate to ZooKeeper and create znodes only that
-  identity may change (:mod:`sparklog.security.zookeeper_acls`).
+  identity may change (:mod:`sparklog.coordination.zookeeper_acls`).
 - ``authorizer.enabled``: ``true`` to check ACLs (ZooKeeper, ``sparklog acls``) on every call;
   then a call that no ACL allows is refused (Kafka's ``allow.everyone.if.no.acl.found=false``).
 - ``log.dirs.owner.only``: ``true`` to keep the data owner-only: the broker runs with umask 077
   (segments, indexes, Delta tables created 0600 in 0700 directories) and makes its data directory
-  so on start (:mod:`sparklog.security.file_modes`; ``sparklog up --secure`` sets it).
+  so on start (:mod:`sparklog.file_modes`; ``sparklog up --secure`` sets it).
 - ``security.inter.broker.protocol``: the listener brokers use among themselves (default
   PLAINTEXT); with SASL, ``inter.broker.sasl.username`` / ``inter.broker.sasl.password`` are the
   credentials this broker authenticates with (its principal, registered in ZooKeeper).
@@ -29,11 +29,11 @@ import dataclasses
 from collections.abc import Mapping
 from pathlib import Path
 
+from sparklog.coordination.zookeeper_acls import ZooKeeperDigest
 from sparklog.errors import InvalidConfig
 from sparklog.security.certificates import certificate_name
 from sparklog.security.client_config import MECHANISMS, PROTOCOLS, ClientSecurity
 from sparklog.security.principal import parse_principal, user_principal
-from sparklog.security.zookeeper_acls import ZooKeeperDigest
 
 TLS_PROTOCOLS = ("SSL", "SASL_SSL")
 SASL_PROTOCOLS = ("SASL_PLAINTEXT", "SASL_SSL")

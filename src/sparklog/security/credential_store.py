@@ -18,10 +18,10 @@ from kazoo.protocol.states import ZnodeStat
 from kazoo.recipe.watchers import ChildrenWatch, DataWatch
 
 from sparklog.coordination.zk_layout import ZkLayout
+from sparklog.coordination.zookeeper_acls import private_acl
 from sparklog.errors import InvalidRequest
 from sparklog.names import check_user_name
 from sparklog.security.scram import DEFAULT_ITERATIONS, ScramCredential
-from sparklog.security.zookeeper_acls import private_acl
 
 MIN_ITERATIONS = 4096  # Kafka's minimum for SCRAM-SHA-256
 

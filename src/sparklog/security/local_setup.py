@@ -14,10 +14,10 @@ from pathlib import Path
 
 from sparklog.coordination.cluster import ClusterMetadata
 from sparklog.coordination.zk_layout import split_connect_string
+from sparklog.coordination.zookeeper_acls import ZooKeeperDigest, lock_root
 from sparklog.security.certificates import CertificateAuthority, CertificateFiles
 from sparklog.security.client_config import load_properties
 from sparklog.security.credential_store import CredentialStore
-from sparklog.security.zookeeper_acls import ZooKeeperDigest, lock_root
 
 ADMIN = "admin"
 BROKER_USER = "broker"

@@ -32,7 +32,7 @@ from sparklog.broker.lake.compaction import DEFAULT_TARGET_FILE_BYTES, DataFile,
 from sparklog.broker.lake.rows import PARTITION_COLUMN, schema_of_version
 from sparklog.broker.lake.table_schema import additive, rewritten
 from sparklog.errors import LakeConflict, LakeUnavailable
-from sparklog.names import check_topic_name
+from sparklog.lake_layout import app_id, schema_app_id, table_uri, topic_app_id
 from sparklog.schemas.value_schema import ValueSchema
 
 log = logging.getLogger(__name__)
@@ -45,27 +45,6 @@ log = logging.getLogger(__name__)
 # read 5-10% faster by Spark (docs/benchmarks.md, session 22).
 _RISING = ColumnProperties(dictionary_enabled=False, encoding="DELTA_BINARY_PACKED")
 WRITER_PROPERTIES = WriterProperties(compression="SNAPPY", column_properties={"offset": _RISING, "timestamp": _RISING})
-
-
-def app_id(topic: str, partition: int) -> str:
-    """The Delta application transaction id of one partition."""
-    return f"sparklog-{topic}-{partition}"
-
-
-def schema_app_id(topic: str) -> str:
-    """The Delta application transaction id whose version is a typed topic's table's schema version."""
-    return f"sparklog-{topic}-schema"
-
-
-def topic_app_id(topic: str) -> str:
-    """The Delta application transaction id whose version is the id of the topic whose rows the
-    table holds (:meth:`sparklog.coordination.lake_offsets.LakeOffsets.topic_id`)."""
-    return f"sparklog-{topic}-topic"
-
-
-def table_uri(lake_dir: str, topic: str) -> str:
-    """Where a topic's table lives: ``<lake dir>/<topic>`` (a directory or any URI deltalake writes)."""
-    return f"{lake_dir.rstrip('/')}/{check_topic_name(topic)}"
 
 
 class DeltaTableWriter:
