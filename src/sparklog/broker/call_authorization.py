@@ -30,6 +30,7 @@ from typing import Any
 from sparklog import wire
 from sparklog.broker.record_copy import MAX_SLICES, CopySlice
 from sparklog.broker.replication.fetch_request import REPLICA_FETCH
+from sparklog.broker.request_fields import int_field, topic_field
 from sparklog.errors import InvalidRequest
 from sparklog.multi_fetch import FETCH_MANY
 from sparklog.names import check_group_id, check_topic_name, check_transactional_id
@@ -84,19 +85,8 @@ class Rule:
 
 
 # ----------------------------------------------------------------- reading what a rule needs to know
-def _topic(request: Mapping[str, Any], key: str = "topic") -> str:
-    return check_topic_name(request.get(key))
-
-
 def _group(request: Mapping[str, Any]) -> str:
     return check_group_id(request.get("group"))
-
-
-def _replica_id(request: Mapping[str, Any], default: int | None) -> int:
-    value = request.get("replica_id", default)
-    if not wire.is_int64(value):
-        raise InvalidRequest(f"'replica_id' must be an integer, got {value!r:.100}")
-    return value
 
 
 def _as_replica(replica_id: int) -> list[Need]:
@@ -121,24 +111,24 @@ def _topic_list(request: Mapping[str, Any], key: str) -> list[str]:
 
 # ----------------------------------------------------------------- the rules
 def _fetch(request: Mapping[str, Any]) -> list[Need]:
-    replica_id = _replica_id(request, CONSUMER)
+    replica_id = int_field(request, "replica_id", CONSUMER)
     if replica_id == CONSUMER:
-        return [Acl(Operation.READ, TOPIC, _topic(request))]
+        return [Acl(Operation.READ, TOPIC, topic_field(request))]
     return _as_replica(replica_id)
 
 
 def _offsets_for_leader_epoch(request: Mapping[str, Any]) -> list[Need]:
     """Kafka's OffsetForLeaderEpoch: ClusterAction for a follower, Describe on the topic for a consumer."""
-    replica_id = _replica_id(request, CONSUMER)
+    replica_id = int_field(request, "replica_id", CONSUMER)
     if replica_id == CONSUMER:
-        return [Acl(Operation.DESCRIBE, TOPIC, _topic(request))]
+        return [Acl(Operation.DESCRIBE, TOPIC, topic_field(request))]
     return _as_replica(replica_id)
 
 
 def _list_offsets(request: Mapping[str, Any]) -> list[Need]:
     if "partitions" in request:
         return []  # per partition, by the handler
-    return [Acl(Operation.DESCRIBE, TOPIC, _topic(request))]
+    return [Acl(Operation.DESCRIBE, TOPIC, topic_field(request))]
 
 
 def _copy_records(request: Mapping[str, Any]) -> list[Need]:
@@ -146,7 +136,7 @@ def _copy_records(request: Mapping[str, Any]) -> list[Need]:
     slices = request.get("slices")
     if not isinstance(slices, list) or not 0 < len(slices) <= MAX_SLICES:
         raise InvalidRequest(f"'slices' must be a list of 1 to {MAX_SLICES} slices")
-    needs: list[Need] = [Acl(Operation.READ, TOPIC, _topic(request))]
+    needs: list[Need] = [Acl(Operation.READ, TOPIC, topic_field(request))]
     needs.extend(Acl(Operation.WRITE, TOPIC, CopySlice.parse(item).topic) for item in slices)
     return list(dict.fromkeys(needs))
 
@@ -154,7 +144,7 @@ def _copy_records(request: Mapping[str, Any]) -> list[Need]:
 def _offset_fetch(request: Mapping[str, Any]) -> list[Need]:
     needs: list[Need] = [Acl(Operation.DESCRIBE, GROUP, _group(request))]
     if request.get("topic") is not None:
-        needs.append(Acl(Operation.DESCRIBE, TOPIC, _topic(request)))
+        needs.append(Acl(Operation.DESCRIBE, TOPIC, topic_field(request)))
     return needs
 
 
@@ -173,11 +163,11 @@ def _on_group(operation: Operation) -> Needs:
 
 
 def _on_topic(operation: Operation, key: str = "topic") -> Needs:
-    return lambda request: [Acl(operation, TOPIC, _topic(request, key))]
+    return lambda request: [Acl(operation, TOPIC, topic_field(request, key))]
 
 
 def _create_topic(request: Mapping[str, Any]) -> list[Need]:
-    name = _topic(request, "name")
+    name = topic_field(request, "name")
     return [AnyOf((Acl(Operation.CREATE, CLUSTER), Acl(Operation.CREATE, TOPIC, name)))]
 
 
@@ -196,7 +186,7 @@ CALLS: dict[tuple[Call, str], Rule] = {
     (Call.PUT, wire.PRODUCE_MANY): Rule(_nothing, per_message="Write on each batch's topic"),
     (Call.GET, FETCH): Rule(_fetch, per_message="Read on the topic (a consumer's)"),
     (Call.GET, FETCH_MANY): Rule(_on_topic(Operation.READ), per_message="Read on the topic"),
-    (Call.GET, REPLICA_FETCH): Rule(lambda request: _as_replica(_replica_id(request, None))),
+    (Call.GET, REPLICA_FETCH): Rule(lambda request: _as_replica(int_field(request, "replica_id"))),
     (Call.ACTION, wire.PING): Rule(_nothing),
     (Call.ACTION, wire.LIST_OFFSETS): Rule(_list_offsets, per_item="Describe on each partition's topic"),
     (Call.ACTION, wire.OFFSETS_FOR_LEADER_EPOCH): Rule(_offsets_for_leader_epoch),

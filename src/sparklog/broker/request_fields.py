@@ -22,6 +22,7 @@ def int_field(request: Mapping[str, Any], name: str, default: int | None = None)
     return value
 
 
-def topic_field(request: Mapping[str, Any]) -> str:
-    """The request's topic, checked against the naming rule before it is used as a path anywhere."""
-    return check_topic_name(request.get("topic"))
+def topic_field(request: Mapping[str, Any], name: str = "topic") -> str:
+    """The request's topic (its field ``name``), checked against the naming rule before it is used
+    as a path anywhere."""
+    return check_topic_name(request.get(name))

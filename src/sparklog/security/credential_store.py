@@ -62,10 +62,6 @@ class CredentialStore:
         except NoNodeError:
             return []
 
-    def credential(self, user: str) -> ScramCredential | None:
-        found = self.versioned_credential(user)
-        return None if found is None else found[0]
-
     def versioned_credential(self, user: str) -> tuple[ScramCredential, int] | None:
         """``user``'s credential and its version, None if there is no such user."""
         try:
@@ -135,6 +131,3 @@ class CredentialWatch:
             else:
                 self._versions[user] = max(version, self._versions.get(user, 0))
         return version
-
-    def __contains__(self, user: object) -> bool:
-        return user in self._versions
