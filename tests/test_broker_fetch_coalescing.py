@@ -7,7 +7,7 @@ import pyarrow as pa
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sparklog.broker.server import _coalesced
+from sparklog.broker.consumer_messages import _coalesced
 
 PLAIN = pa.schema([("offset", pa.int64()), ("value", pa.binary())])
 TYPED = pa.schema([("offset", pa.int64()), ("value", pa.struct([("x", pa.int64())]))])

@@ -260,9 +260,9 @@ def test_8_an_unexpected_failure_leaves_no_internals_on_the_wire(hardened: Any, 
 
 
 def test_unexpected_errors_are_logged_and_sent_short(caplog: pytest.LogCaptureFixture) -> None:
-    from sparklog.broker.server import _errors_as_flight
+    from sparklog.broker.flight_errors import errors_as_flight
 
-    with pytest.raises(flight.FlightServerError) as raised, _errors_as_flight("a test request"):
+    with pytest.raises(flight.FlightServerError) as raised, errors_as_flight("a test request"):
         {}["missing"]  # noqa: B018 - any bug
     error = wire.from_flight_error(raised.value, "test")
     assert isinstance(error, UnknownServerError) and "KeyError" in str(error)

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from broker_helpers import flight_client
 from sparklog import Admin, Consumer, Producer, wire
-from sparklog.broker.server import _coalesced
+from sparklog.broker.consumer_messages import _coalesced
 from sparklog.fetch_columns import NOTHING, Elision, Restorer, plan
 from sparklog.records import record_schema
 

@@ -92,11 +92,11 @@ def test_quota_values_are_checked_and_the_default_fills_in() -> None:
 
 
 def test_a_fetch_stream_waits_before_each_message_for_its_bytes() -> None:
-    from sparklog.broker.server import _throttled_messages
+    from sparklog.broker.fetch_handler import throttled_messages
 
     batches = [pa.RecordBatch.from_pylist([{"v": b"x" * n}]) for n in (10, 1000)]
     taken: list[tuple[str, float]] = []
-    messages = _throttled_messages(iter([(b, None) for b in batches]), lambda kind, n: taken.append((kind, n)) or 0.0)
+    messages = throttled_messages(iter([(b, None) for b in batches]), lambda kind, n: taken.append((kind, n)) or 0.0)
     assert next(messages)[0] is batches[0] and taken == [("fetch", batches[0].get_total_buffer_size())]
     assert next(messages)[0] is batches[1] and len(taken) == 2 and taken[1][1] > 1000
 

@@ -10,7 +10,8 @@ from pathlib import Path
 
 from kazoo.client import KazooClient
 
-from sparklog.broker.server import BrokerServer, CallThrottle, ListenerTls, ServedBroker
+from sparklog.broker.served_call import ServedBroker
+from sparklog.broker.server import BrokerServer, CallThrottle, ListenerTls
 from sparklog.coordination.zk_layout import ZkLayout
 from sparklog.security.authorizer import Authorizer
 from sparklog.security.broker_config import BrokerSecurity, Listener

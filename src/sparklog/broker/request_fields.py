@@ -12,6 +12,19 @@ from sparklog.errors import InvalidRequest
 from sparklog.names import check_topic_name
 
 
+def parse_request(data: bytes | Any) -> dict[str, Any]:
+    """A request's JSON object (a descriptor's command, a ticket, an action's body)."""
+    try:
+        request = wire.decode(data)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise InvalidRequest(f"request is not valid JSON: {str(exc)[:200]}") from None
+    except RecursionError:
+        raise InvalidRequest("request JSON is nested too deeply") from None
+    if not isinstance(request, dict):
+        raise InvalidRequest("request must be a JSON object")
+    return request
+
+
 def int_field(request: Mapping[str, Any], name: str, default: int | None = None) -> int:
     value = request.get(name, default)
     if value is None:
