@@ -1,5 +1,5 @@
 """Helpers for the broker integration tests (``tests/test_broker_*.py``): real broker processes, raw
-Arrow Flight access following :mod:`sparklog.wire`, and small client programs run as subprocesses.
+Arrow Flight access following :mod:`sparklog.protocol.wire`, and small client programs run as subprocesses.
 
 A :class:`BrokerProcess` runs ``python -m sparklog.broker`` on a free loopback port and waits until it
 printed its "listening" line *and* registered in ZooKeeper; it can be stopped (SIGTERM), killed
@@ -30,12 +30,12 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.flight as flight
 
-from sparklog import wire
 from sparklog.client.partitioner import partitions_for_keys
 from sparklog.coordination.cluster import ClusterMetadata
 from sparklog.coordination.ports import free_port
 from sparklog.errors import SparklogError
 from sparklog.local_cluster import BROKER_START_TIMEOUT_S, broker_command
+from sparklog.protocol import wire
 
 HOST = "127.0.0.1"
 HELPER_SCRIPT = Path(__file__).resolve()

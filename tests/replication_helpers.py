@@ -175,7 +175,7 @@ class Cluster:
         """Until every partition has a full ISR and its leader's high watermark equals its log end
         (every replica holds everything the leader has: nothing is in flight)."""
         from broker_helpers import raw_action
-        from sparklog import wire
+        from sparklog.protocol import wire
 
         partitions = len(self.replicas(topic))
 
@@ -195,7 +195,7 @@ class Cluster:
 
     def leader_offsets(self, topic: str, partition: int) -> dict[str, Any]:
         from broker_helpers import raw_action
-        from sparklog import wire
+        from sparklog.protocol import wire
 
         leader = self.state(topic, partition).leader
         return raw_action(self.brokers[leader].location, wire.LIST_OFFSETS, {"topic": topic, "partition": partition})

@@ -24,7 +24,7 @@ import pyarrow as pa
 import pyarrow.flight as flight
 import pytest
 
-from sparklog import Admin, Consumer, Producer, wire
+from sparklog import Admin, Consumer, Producer
 from sparklog.client.broker_view import BrokerView
 from sparklog.client.cluster_client import ClusterClient
 from sparklog.coordination.cluster import ClusterMetadata
@@ -38,6 +38,7 @@ from sparklog.errors import (
     TopicExists,
     UnknownTopic,
 )
+from sparklog.protocol import wire
 
 HOST = "127.0.0.1"
 

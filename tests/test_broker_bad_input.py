@@ -1,6 +1,6 @@
 """A broker process fed bad input: garbage on its Flight port, record batches of the wrong schema,
 malformed requests, unknown topics and partitions, offsets out of range. Every request gets a typed
-error (through :func:`sparklog.wire.from_flight_error`), the broker stays up, and what it stores is
+error (through :func:`sparklog.protocol.wire.from_flight_error`), the broker stays up, and what it stores is
 unchanged (everything is read back and compared)."""
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from broker_helpers import (
     running_broker,
     typed_error,
 )
-from sparklog import Admin, Consumer, Producer, wire
+from sparklog import Admin, Consumer, Producer
 from sparklog.errors import (
     InvalidRecord,
     InvalidRequest,
@@ -36,6 +36,7 @@ from sparklog.errors import (
     RecordTooLarge,
     UnknownTopic,
 )
+from sparklog.protocol import wire
 from sparklog.records import HEADER_TYPE
 
 TOPIC = "data"

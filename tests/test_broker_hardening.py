@@ -32,7 +32,7 @@ from broker_helpers import (
     typed_error,
     wait_for,
 )
-from sparklog import Admin, Producer, wire
+from sparklog import Admin, Producer
 from sparklog.errors import (
     InvalidRecord,
     InvalidRequest,
@@ -42,6 +42,7 @@ from sparklog.errors import (
     TooManyRequests,
     UnknownServerError,
 )
+from sparklog.protocol import wire
 
 TOPIC, COMPACTED = "hardened", "hardened-compacted"
 MAX_CALLS = 40
@@ -161,7 +162,7 @@ def test_3_copy_records_writes_a_bounded_amount_per_call(hardened: Any, stored: 
 # ------------------------------------------------------------------------ 4: threads and calls
 CLIENT = """
 import sys, time, pyarrow.flight as flight, threading
-from sparklog import wire
+from sparklog.protocol import wire
 location, topic, calls = sys.argv[1], sys.argv[2], int(sys.argv[3])
 def wait():
     client = flight.FlightClient(location)

@@ -11,7 +11,8 @@ from typing import Any
 import pytest
 
 from broker_helpers import BrokerProcess, ping, raw_action, raw_fetch
-from sparklog import Admin, Producer, wire
+from sparklog import Admin, Producer
+from sparklog.protocol import wire
 
 TOPIC = "lifecycle"
 

@@ -1,4 +1,4 @@
-"""The multi-partition consumer fetch (``"type": "fetch_many"``, :mod:`sparklog.multi_fetch`) against a
+"""The multi-partition consumer fetch (``"type": "fetch_many"``, :mod:`sparklog.protocol.multi_fetch`) against a
 real broker: one stream for many partitions of a topic, records only for partitions that have
 some, errors of one partition in band without ending the others, ``max_bytes`` per partition."""
 
@@ -14,9 +14,10 @@ import pyarrow.flight as flight
 import pytest
 
 from broker_helpers import flight_client
-from sparklog import Admin, Producer, wire
-from sparklog.fetch_columns import Restorer
-from sparklog.multi_fetch import MultiFetchRequest
+from sparklog import Admin, Producer
+from sparklog.protocol import wire
+from sparklog.protocol.fetch_columns import Restorer
+from sparklog.protocol.multi_fetch import MultiFetchRequest
 
 
 def _open(

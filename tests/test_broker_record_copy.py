@@ -12,9 +12,10 @@ import pyarrow as pa
 import pytest
 
 from broker_helpers import BrokerProcess, raw_action, read_partition, read_topic, running_broker, typed_error
-from sparklog import Admin, Producer, wire
+from sparklog import Admin, Producer
 from sparklog.coordination.cluster import ClusterMetadata
 from sparklog.errors import InvalidRecord, InvalidRequest, NotLeader, OffsetOutOfRange, UnknownTopic
+from sparklog.protocol import wire
 from sparklog.records import HEADER_TYPE
 
 SOURCE, TARGET = "staged", "target"

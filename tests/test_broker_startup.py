@@ -15,7 +15,8 @@ import pyarrow.flight as flight
 import pytest
 
 from broker_helpers import read_partition, wait_for
-from sparklog import Admin, wire
+from sparklog import Admin
+from sparklog.protocol import wire
 from sparklog.records import now_ms, wire_schema
 
 TOPIC = "many"

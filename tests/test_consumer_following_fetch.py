@@ -14,8 +14,9 @@ import pyarrow.compute as pc
 import pyarrow.flight as flight
 
 from broker_helpers import flight_client
-from sparklog import Admin, Consumer, Producer, wire
-from sparklog.fetch_columns import Restorer
+from sparklog import Admin, Consumer, Producer
+from sparklog.protocol import wire
+from sparklog.protocol.fetch_columns import Restorer
 
 
 def _follow_ticket(topic: str, offset: int, max_wait_ms: int) -> flight.Ticket:

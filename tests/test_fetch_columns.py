@@ -12,9 +12,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from broker_helpers import flight_client
-from sparklog import Admin, Consumer, Producer, wire
+from sparklog import Admin, Consumer, Producer
 from sparklog.broker.consumer_messages import _coalesced
-from sparklog.fetch_columns import NOTHING, Elision, Restorer, plan
+from sparklog.protocol import wire
+from sparklog.protocol.fetch_columns import NOTHING, Elision, Restorer, plan
 from sparklog.records import record_schema
 
 SCHEMA = record_schema()

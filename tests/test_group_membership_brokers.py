@@ -26,7 +26,7 @@ import pytest
 
 from broker_helpers import HELPER_SCRIPT, raw_action, read_jsonl, typed_error, wait_for
 from security_helpers import SecureSetup
-from sparklog import Admin, Consumer, Producer, wire
+from sparklog import Admin, Consumer, Producer
 from sparklog.client.consumer import FIRST_ASSIGNMENT_WAIT_S
 from sparklog.coordination.cluster import ClusterMetadata
 from sparklog.errors import (
@@ -39,6 +39,7 @@ from sparklog.errors import (
     UnknownMemberId,
     UnknownTopic,
 )
+from sparklog.protocol import wire
 
 HOST = "127.0.0.1"
 PARTITIONS = 6

@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from sparklog import wire
 from sparklog.broker.log import PartitionLog
 from sparklog.broker.log.producer_state import BATCHES_KEPT
 from sparklog.config import TopicConfig
 from sparklog.errors import DuplicateSequence, OutOfOrderSequence
+from sparklog.protocol import wire
 
 PID = 42
 

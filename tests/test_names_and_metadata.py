@@ -25,7 +25,6 @@ import pytest
 from kazoo.exceptions import NoNodeError
 
 from broker_helpers import raw_action, running_broker, typed_error, wait_for
-from sparklog import wire
 from sparklog.client.cluster_client import ClusterClient
 from sparklog.coordination.cluster import NUM_PARTITIONS_MAX, ClusterMetadata
 from sparklog.coordination.ports import free_port
@@ -40,6 +39,7 @@ from sparklog.errors import (
     UnknownTopic,
 )
 from sparklog.names import check_group_id, check_not_internal, check_topic_name
+from sparklog.protocol import wire
 from sparklog.schemas.registry import SchemaRegistry
 
 BAD_TOPIC_NAMES = ["t1/partitions", ".", "..", "a" * 250, "", "a b", "tab\there", "ünï"]

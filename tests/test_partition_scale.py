@@ -28,8 +28,9 @@ from replication_helpers import (
     quiet_finish,
     wait_progress,
 )
-from sparklog import Admin, Consumer, Producer, wire
+from sparklog import Admin, Consumer, Producer
 from sparklog.client.partitioner import partitions_for_keys
+from sparklog.protocol import wire
 
 CLI = [sys.executable, "-m", "sparklog.cli.main"]
 

@@ -23,7 +23,6 @@ import pyarrow.flight as flight
 import pytest
 
 from log_helpers import Clock, config
-from sparklog import wire
 from sparklog.broker.log import PartitionLog
 from sparklog.broker.partition import Partition
 from sparklog.broker.produce_request import ProduceRequestStream
@@ -31,6 +30,7 @@ from sparklog.client.producer.broker_stream import BrokerProduceStream, Outcome,
 from sparklog.client.producer.produce_batch import BatchPart, PartitionRows, ProduceBatch
 from sparklog.coordination.cluster import BrokerInfo, PartitionState
 from sparklog.errors import InvalidRequest
+from sparklog.protocol import wire
 from sparklog.records import to_wire_batch
 
 LEADER, FOLLOWER = 1, 2

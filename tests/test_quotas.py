@@ -18,11 +18,11 @@ from kazoo.client import KazooClient
 
 from broker_helpers import BrokerProcess
 from security_helpers import HOST, SecureSetup
-from sparklog import wire
 from sparklog.broker.throttle import Throttle
 from sparklog.client.admin import Admin
 from sparklog.coordination.zk_layout import DEFAULT_QUOTA_USER, ZkLayout
 from sparklog.errors import InvalidRequest
+from sparklog.protocol import wire
 from sparklog.records import now_ms, wire_schema
 from sparklog.security.acl_store import AclStore
 from sparklog.security.acls import AclBinding, ResourcePattern

@@ -17,7 +17,6 @@ import pyarrow as pa
 import pytest
 
 from log_helpers import Clock, config
-from sparklog import wire
 from sparklog.broker.log import PartitionLog
 from sparklog.broker.partition import Partition
 from sparklog.broker.replication import replica_fetch_server
@@ -25,6 +24,7 @@ from sparklog.broker.replication.fetch_request import FetchPosition, request
 from sparklog.broker.replication.partition_changes import PartitionChanges
 from sparklog.broker.replication.replica_fetch_server import ReplicaFetchResponse
 from sparklog.coordination.cluster import PartitionState
+from sparklog.protocol import wire
 
 LEADER, FOLLOWER = 1, 2
 NOW = 1_700_000_000_000

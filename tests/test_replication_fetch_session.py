@@ -17,7 +17,6 @@ import pyarrow as pa
 import pytest
 
 from log_helpers import Clock, config
-from sparklog import wire
 from sparklog.broker.log import PartitionLog
 from sparklog.broker.log.batch_codec import BatchHeader
 from sparklog.broker.partition import Partition
@@ -29,6 +28,7 @@ from sparklog.broker.replication.partition_changes import PartitionChanges
 from sparklog.broker.replication.replica_fetch_server import ReplicaFetchResponse
 from sparklog.coordination.cluster import PartitionState
 from sparklog.errors import FetchSessionInvalid, InvalidRequest, TooManyRequests
+from sparklog.protocol import wire
 
 LEADER, FOLLOWER = 1, 2
 NOW = 1_700_000_000_000

@@ -11,11 +11,11 @@ import pytest
 
 from broker_helpers import BrokerProcess
 from security_helpers import SecureSetup
-from sparklog import wire
 from sparklog.client.admin import Admin
 from sparklog.client.consumer import Consumer
 from sparklog.client.producer import Producer
 from sparklog.errors import AuthenticationFailed, BrokerNotAvailable, InvalidConfig
+from sparklog.protocol import wire
 from sparklog.security.certificates import CertificateAuthority
 from sparklog.security.client_config import ClientSecurity
 

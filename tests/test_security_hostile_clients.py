@@ -24,11 +24,12 @@ import pytest
 from kazoo.client import KazooClient
 
 from broker_helpers import wait_for
-from sparklog import Admin, Producer, wire
+from sparklog import Admin, Producer
 from sparklog.coordination.zk_layout import ZkLayout
 from sparklog.coordination.zookeeper_acls import client_options
 from sparklog.errors import AuthenticationFailed, AuthorizationFailed, InvalidRequest, SparklogError, error_from_code
 from sparklog.local_cluster import LocalCluster
+from sparklog.protocol import wire
 from sparklog.security.acl_store import AclStore
 from sparklog.security.acls import AclBinding, ResourcePattern
 from sparklog.security.client_config import ClientSecurity

@@ -12,11 +12,11 @@ import pytest
 from broker_helpers import wait_for
 from replication_helpers import Cluster
 from security_helpers import SecureSetup
-from sparklog import wire
 from sparklog.client.admin import Admin
 from sparklog.client.consumer import Consumer
 from sparklog.client.producer import Producer
 from sparklog.errors import AuthorizationFailed
+from sparklog.protocol import wire
 from sparklog.security.acl_store import AclStore
 from sparklog.security.acls import AclBinding, ResourcePattern
 from sparklog.security.client_config import ClientSecurity

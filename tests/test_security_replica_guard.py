@@ -12,13 +12,13 @@ import pytest
 from broker_helpers import wait_for
 from replication_helpers import Cluster
 from security_helpers import SecureSetup
-from sparklog import wire
 from sparklog.broker.replication.fetch_request import FetchPosition, request
 from sparklog.client.admin import Admin
 from sparklog.client.consumer import Consumer
 from sparklog.client.producer import Producer
 from sparklog.coordination.cluster import ClusterMetadata
 from sparklog.errors import SparklogError
+from sparklog.protocol import wire
 from sparklog.security.client_config import ClientSecurity
 
 TOPIC = "guarded"

@@ -20,11 +20,12 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.flight as flight
 
-from sparklog import wire
 from sparklog.broker.log import PartitionLog
 from sparklog.client.admin import Admin
 from sparklog.coordination.cluster import ClusterMetadata
 from sparklog.local_cluster import LocalCluster
+from sparklog.protocol import wire
+from sparklog.protocol.record_frames import open_produce, write_frame
 from sparklog.records import now_ms, wire_schema
 
 TOPIC = "startup"
@@ -70,7 +71,6 @@ def write_replicas(cluster: LocalCluster, partitions: int, segments: int) -> int
 def _produce_acked(zk: ClusterMetadata, partition: int, batch: pa.RecordBatch, deadline: float) -> None:
     """One ``acks=all`` produce to the partition's current leader, retried until acknowledged."""
     command = {"type": wire.PRODUCE, "topic": TOPIC, "partition": partition, "acks": "all"}
-    descriptor = flight.FlightDescriptor.for_command(wire.encode(command))
     while True:
         try:
             leader = zk.partition_state(TOPIC, partition).leader
@@ -79,8 +79,8 @@ def _produce_acked(zk: ClusterMetadata, partition: int, batch: pa.RecordBatch, d
                 client = flight.FlightClient(info.location)
                 try:
                     options = flight.FlightCallOptions(timeout=10.0)
-                    writer, reader = client.do_put(descriptor, batch.schema, options)
-                    writer.write_batch(batch)
+                    writer, reader = open_produce(client, command, batch.schema, options)
+                    write_frame(writer, batch)
                     ack = reader.read()
                     writer.done_writing()
                     writer.close()

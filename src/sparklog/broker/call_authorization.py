@@ -27,13 +27,13 @@ import enum
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from sparklog import wire
 from sparklog.broker.record_copy import MAX_SLICES, CopySlice
 from sparklog.broker.replication.fetch_request import REPLICA_FETCH
 from sparklog.broker.request_fields import int_field, topic_field
 from sparklog.errors import InvalidRequest
-from sparklog.multi_fetch import FETCH_MANY
 from sparklog.names import check_group_id, check_topic_name, check_transactional_id
+from sparklog.protocol import wire
+from sparklog.protocol.multi_fetch import FETCH_MANY
 from sparklog.security.acls import CLUSTER_NAME, Operation, ResourceType
 
 TOPIC, GROUP, CLUSTER = ResourceType.TOPIC, ResourceType.GROUP, ResourceType.CLUSTER

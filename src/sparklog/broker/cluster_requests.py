@@ -1,6 +1,6 @@
 """A broker's answers to the cluster actions of clients that bootstrap from brokers (Kafka's
 Metadata, OffsetCommit/OffsetFetch, CreateTopics/DeleteTopics/AlterConfigs; the wire is in
-:mod:`sparklog.wire`): metadata from the broker's ZooKeeper view (live brokers and each topic's
+:mod:`sparklog.protocol.wire`): metadata from the broker's ZooKeeper view (live brokers and each topic's
 configs and schemas as its watches keep them; partition states read in one pipelined round per
 topic), group offsets written to and read from the same znodes as the ZooKeeper path
 (``consumers/<g>/offsets/<t>/<p>``), and topic administration through the same
@@ -22,7 +22,6 @@ from typing import Any
 from kazoo.exceptions import KazooException
 from kazoo.handlers.threading import KazooTimeoutError
 
-from sparklog import wire
 from sparklog.broker.call_permissions import GROUP, TOPIC, UNRESTRICTED, CallPermissions
 from sparklog.broker.group_members import GroupMembers
 from sparklog.coordination.cluster import (
@@ -35,6 +34,7 @@ from sparklog.coordination.cluster import (
 from sparklog.coordination.sink_state import SinkStates
 from sparklog.errors import AuthorizationFailed, CoordinatorNotAvailable, InvalidRequest, SparklogError
 from sparklog.names import check_group_id, check_topic_name, check_transactional_id
+from sparklog.protocol import wire
 from sparklog.schemas.registry import SchemaRegistry
 from sparklog.schemas.value_schema import ValueSchema
 from sparklog.security.acls import Operation

@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from sparklog import fetch_columns
 from sparklog.broker.log.batch_codec import BatchHeader
+from sparklog.protocol import fetch_columns
 
 if TYPE_CHECKING:
     from sparklog.broker.typed_values import ConsumerView

@@ -9,7 +9,7 @@ gRPC's flow control holds the broker back when the consumer does not read.
 
 The stream's schema was fixed by its first response, so a later response must fit it: the same
 consumer view of a typed topic (no new schema version), and leaving out only columns the first
-response left out (:meth:`sparklog.fetch_columns.ResponsePlan.within`). When it does not fit, or
+response left out (:meth:`sparklog.protocol.fetch_columns.ResponsePlan.within`). When it does not fit, or
 the broker stops leading the partition, the stream ends and the consumer fetches again from its
 position, which answers with the right schema or error.
 """
@@ -21,9 +21,9 @@ from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
-from sparklog import fetch_columns
 from sparklog.broker.log.batch_codec import BatchHeader
 from sparklog.errors import SparklogError
+from sparklog.protocol import fetch_columns
 
 if TYPE_CHECKING:
     from sparklog.broker.partition import Partition

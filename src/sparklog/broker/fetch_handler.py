@@ -1,5 +1,5 @@
 """Fetch (``do_get``): a consumer's or a follower's fetch of one partition, a consumer's fetch of
-many partitions of a topic (:mod:`sparklog.multi_fetch`), and a follower broker's fetch of every
+many partitions of a topic (:mod:`sparklog.protocol.multi_fetch`), and a follower broker's fetch of every
 partition it follows here (:mod:`sparklog.broker.replication.fetch_request`).
 
 A consumer's fetch below a lake-enabled partition's local log start reads its Delta table (the
@@ -17,7 +17,6 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.flight as flight
 
-from sparklog import fetch_columns, wire
 from sparklog.broker.consumer_messages import consumer_messages
 from sparklog.broker.fetch_follower import FetchFollower, next_offset
 from sparklog.broker.flight_errors import guarded
@@ -31,6 +30,7 @@ from sparklog.broker.request_fields import int_field, topic_field
 from sparklog.broker.served_call import ServedBroker, ServedCall, Throttled, unthrottled
 from sparklog.broker.typed_values import ConsumerView
 from sparklog.errors import InvalidRequest, SparklogError
+from sparklog.protocol import fetch_columns, wire
 
 MAX_FETCH_BYTES = 64 << 20
 MAX_WAIT_MS = 30_000
@@ -148,7 +148,7 @@ def replica_fetch(broker: ServedBroker, call: ServedCall) -> flight.FlightDataSt
 
 
 def multi_fetch(broker: ServedBroker, call: ServedCall) -> flight.FlightDataStream:
-    """A consumer's fetch of many partitions of one topic, one stream (``sparklog.multi_fetch``)."""
+    """A consumer's fetch of many partitions of one topic, one stream (``sparklog.protocol.multi_fetch``)."""
     call.throttled("request", 1)
     response = MultiFetchResponse(
         broker.leader_partition,

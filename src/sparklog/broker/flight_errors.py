@@ -1,5 +1,5 @@
 """How a request's errors leave the broker: as the typed Flight errors a client turns back into
-sparklog's own (:mod:`sparklog.wire`). An error the broker did not expect is logged here with its
+sparklog's own (:mod:`sparklog.protocol.wire`). An error the broker did not expect is logged here with its
 traceback and leaves as a short ``UNKNOWN_SERVER_ERROR`` (no source paths or internals on the
 wire); running out of memory for one request is that request's RECORD_TOO_LARGE, not the broker's end."""
 
@@ -13,8 +13,8 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.flight as flight
 
-from sparklog import wire
 from sparklog.errors import RecordTooLarge, SparklogError, UnknownServerError
+from sparklog.protocol import wire
 
 log = logging.getLogger(__name__)
 

@@ -1,5 +1,5 @@
 """Consumer group members a broker hosts for clients that talk to brokers only (Kafka's
-JoinGroup/Heartbeat/LeaveGroup; the wire is in :mod:`sparklog.wire`).
+JoinGroup/Heartbeat/LeaveGroup; the wire is in :mod:`sparklog.protocol.wire`).
 
 Each remote member is a kazoo ``SetPartitioner`` on the broker's own ZooKeeper session, with the
 member id as its identifier, at the same path and over the same items (``"<topic>:<partition>"``)

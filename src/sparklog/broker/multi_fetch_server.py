@@ -1,5 +1,5 @@
 """The broker's answer to a consumer fetch covering many partitions of one topic
-(:mod:`sparklog.multi_fetch`): one stream that stays open.
+(:mod:`sparklog.protocol.multi_fetch`): one stream that stays open.
 
 Each round looks at the partitions that may have something: all of them in the first round, then
 those that sent records last round (they may have more) and those :class:`PartitionChanges`
@@ -23,13 +23,13 @@ from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
-from sparklog import fetch_columns, wire
 from sparklog.broker.consumer_messages import Stored, consumer_messages
 from sparklog.broker.fetch_follower import next_offset
 from sparklog.broker.replication.partition_changes import PartitionChanges
 from sparklog.broker.typed_values import ConsumerView
 from sparklog.errors import InvalidRequest, SparklogError
-from sparklog.multi_fetch import MultiFetchRequest
+from sparklog.protocol import fetch_columns, wire
+from sparklog.protocol.multi_fetch import MultiFetchRequest
 from sparklog.records import versioned_schema
 
 if TYPE_CHECKING:

@@ -10,10 +10,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from sparklog import wire
 from sparklog.broker.call_permissions import TOPIC, CallPermissions
 from sparklog.broker.request_fields import int_field, topic_field
 from sparklog.errors import InvalidRequest, SparklogError
+from sparklog.protocol import wire
 from sparklog.security.acls import Operation
 
 if TYPE_CHECKING:

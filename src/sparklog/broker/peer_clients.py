@@ -12,10 +12,10 @@ from typing import Any
 
 import pyarrow.flight as flight
 
-from sparklog import wire
 from sparklog.broker.replication.leader_endpoint import FlightLeaderEndPoint
 from sparklog.coordination.cluster import BrokerInfo
 from sparklog.errors import BrokerNotAvailable
+from sparklog.protocol import wire
 from sparklog.security.client_config import ClientSecurity
 
 PEER_CALL_TIMEOUT_S = 5.0  # a frozen peer must not hang us

@@ -10,12 +10,14 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.flight as flight
 
-from sparklog import wire
 from sparklog.broker.call_permissions import TOPIC
-from sparklog.broker.produce_request import ProduceRequestStream, ProduceTarget, append_produced, record_batches
-from sparklog.broker.request_fields import int_field, parse_request, topic_field
+from sparklog.broker.log.batch_validation import MAX_BATCH_ROWS
+from sparklog.broker.produce_request import ProduceRequestStream, ProduceTarget, append_produced
+from sparklog.broker.request_fields import int_field, topic_field
 from sparklog.broker.served_call import ServedCall
 from sparklog.errors import InvalidRequest, NotLeader
+from sparklog.protocol import wire
+from sparklog.protocol.record_frames import frames, schema_of
 from sparklog.security.acls import Operation
 
 Reader = flight.MetadataRecordBatchReader
@@ -33,7 +35,7 @@ def produce_acks(request: dict[str, Any]) -> str:
 def produce_many(broker: ProduceTarget, call: ServedCall, reader: Reader, writer: Writer) -> None:
     """Batches for many partitions on one stream, each naming its partition in its metadata."""
     throttled, may = call.throttled, call.may
-    stream = ProduceRequestStream(broker, produce_acks(call.request), call.stopping)
+    stream = ProduceRequestStream(broker, produce_acks(call.request), schema_of(call.request), call.stopping)
     stream.serve(
         reader,
         writer,
@@ -53,15 +55,17 @@ def produce(broker: ProduceTarget, call: ServedCall, reader: Reader, writer: Wri
     writer_version = request.get("schema_version")
     if writer_version is not None and not isinstance(writer_version, int):
         raise InvalidRequest(f"'schema_version' must be an integer, got {writer_version!r}")
+    schema = schema_of(request)
     broker.leader_partition(topic, p, for_write=True)
-    for data, metadata in record_batches(reader):
+    for frame in frames(reader):
         call.recheck()  # an open stream: the caller may still write, its session still holds
-        call.throttled("produce", data.get_total_buffer_size())
+        call.throttled("produce", frame.declared.decoded_bytes)
         if call.stopping():
             raise NotLeader(f"broker {broker.broker_id} is shutting down")
-        if metadata is not None and metadata.size:
-            sequence = int_field(parse_request(metadata), "sequence", -1)  # per batch (idempotence)
+        if "sequence" in frame.metadata:
+            sequence = int_field(frame.metadata, "sequence", -1)  # per batch (idempotence)
         partition = broker.leader_partition(topic, p, for_write=True)
+        data = frame.decode(schema, partition.log.config.max_message_bytes, MAX_BATCH_ROWS)
         value_schemas = broker.value_schemas.get(topic)
         info = append_produced(partition, data, value_schemas, writer_version, acks, producer_id, sequence)
         if sequence >= 0:

@@ -6,7 +6,7 @@ broker leads. Each batch names its partition in its app metadata; the last batch
 ``"end"``, and the broker answers the request with one put metadata message holding a result per
 batch, in order: offsets, or the error of that batch alone (a partition led elsewhere, too few
 replicas, a refused batch), so one partition's trouble never fails the others. The wire is in
-:mod:`sparklog.wire`.
+:mod:`sparklog.protocol.wire`.
 
 Every batch of a request is appended as it arrives; with ``acks=all`` the request's answer waits
 (one deadline for the whole request) until the high watermark covers each appended batch, so the
@@ -18,19 +18,20 @@ stream are read and appended: a producer pipelines its requests to a broker on o
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple, Protocol
 
 import pyarrow as pa
 import pyarrow.flight as flight
 
-from sparklog import wire
-from sparklog.broker.log.batch_validation import check_produced
+from sparklog.broker.log.batch_validation import MAX_BATCH_ROWS, check_produced
 from sparklog.broker.partition import ACK_TIMEOUT_S, Partition
 from sparklog.broker.produce_answers import PipelinedAnswers
 from sparklog.broker.typed_values import conform_produced
-from sparklog.errors import InvalidRecord, InvalidRequest, NotLeader, SparklogError
+from sparklog.errors import InvalidRequest, NotLeader, SparklogError
 from sparklog.names import check_topic_name
+from sparklog.protocol import wire
+from sparklog.protocol.record_frames import Frame, frames
 from sparklog.schemas.value_schema import ValueSchema
 
 ValueSchemas = Sequence[ValueSchema]  # a typed topic's versions, oldest first
@@ -67,19 +68,6 @@ def append_produced(
     return partition.append_as_leader(data, acks, producer_id, sequence, min_isr, wait=wait)
 
 
-def record_batches(reader: flight.MetadataRecordBatchReader) -> Iterator[tuple[pa.RecordBatch, pa.Buffer | None]]:
-    """The batches of a produce stream with their app metadata (an unreadable one: InvalidRecord)."""
-    while True:
-        try:
-            chunk = reader.read_chunk()
-        except StopIteration:
-            return
-        except pa.ArrowInvalid as exc:
-            raise InvalidRecord(f"unreadable record batch: {exc}") from None
-        if chunk.data is not None:
-            yield chunk.data, chunk.app_metadata
-
-
 class _Appended(NamedTuple):
     partition: Partition
     base_offset: int
@@ -99,22 +87,13 @@ def _int_field(meta: dict[str, Any], name: str, default: int | None = None) -> i
     return value
 
 
-def _metadata(buffer: pa.Buffer) -> dict[str, Any]:
-    try:
-        meta = wire.decode(buffer)
-    except (ValueError, UnicodeDecodeError, RecursionError):
-        raise InvalidRequest("a produced batch's app metadata is not valid JSON") from None
-    if not isinstance(meta, dict):
-        raise InvalidRequest("a produced batch's app metadata must be a JSON object")
-    return meta
-
-
 class ProduceRequestStream:
     """Serves one producer's stream of multi-partition produce requests."""
 
-    def __init__(self, target: ProduceTarget, acks: str, stopping: Callable[[], bool]) -> None:
+    def __init__(self, target: ProduceTarget, acks: str, schema: pa.Schema, stopping: Callable[[], bool]) -> None:
         self.target = target
         self.acks = acks
+        self.schema = schema  # the records' (every frame of the stream holds a batch of it)
         self.stopping = stopping
         self._may_write: Callable[[str], None] = lambda _topic: None
         self._session: Callable[[], None] = lambda: None
@@ -156,19 +135,17 @@ class ProduceRequestStream:
         pending: list[_Appended | SparklogError] = []
         size = 0
         failed: dict[tuple[str, str], SparklogError] = {}  # a partition's first failed batch in the request
-        for batch, metadata in record_batches(reader):
+        for frame in frames(reader):
             self._session()
-            if metadata is None or not metadata.size:
-                raise InvalidRequest("every batch of a multi-partition produce request needs its app metadata")
-            meta = _metadata(metadata)
-            size += batch.get_total_buffer_size()
+            meta = frame.metadata
+            size += frame.declared.decoded_bytes
             tp = (str(meta.get("t")), str(meta.get("p")))
             earlier = failed.get(tp)
             if earlier is not None:  # the batches behind a failed one are not appended (order)
                 pending.append(earlier)
             else:
                 try:
-                    pending.append(self._append(batch, meta))
+                    pending.append(self._append(frame))
                 except SparklogError as exc:  # this batch only
                     pending.append(exc)
                     failed[tp] = exc
@@ -187,7 +164,8 @@ class ProduceRequestStream:
             answer["throttle_ms"] = max(1, round(request.throttled_s * 1000))
         return pa.py_buffer(wire.encode(answer))
 
-    def _append(self, batch: pa.RecordBatch, meta: dict[str, Any]) -> _Appended:
+    def _append(self, frame: Frame) -> _Appended:
+        meta = frame.metadata
         if self.stopping():
             raise NotLeader(f"broker {self.target.broker_id} is shutting down")
         topic = check_topic_name(meta.get("t"))
@@ -199,6 +177,7 @@ class ProduceRequestStream:
         if writer_version is not None and not wire.is_int64(writer_version):
             raise InvalidRequest(f"'sv' must be an integer, got {writer_version!r:.100}")
         partition = self.target.leader_partition(topic, p, for_write=True)
+        batch = frame.decode(self.schema, partition.log.config.max_message_bytes, MAX_BATCH_ROWS)
         info = append_produced(
             partition,
             batch,

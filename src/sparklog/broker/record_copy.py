@@ -29,10 +29,10 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pyarrow as pa
 
-from sparklog import wire
 from sparklog.broker.typed_values import conform_produced
 from sparklog.errors import DuplicateSequence, InvalidRequest, OffsetOutOfRange, RecordTooLarge
 from sparklog.names import check_topic_name
+from sparklog.protocol import wire
 from sparklog.records import offsets_of
 
 if TYPE_CHECKING:

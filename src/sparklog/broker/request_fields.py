@@ -7,9 +7,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from sparklog import wire
 from sparklog.errors import InvalidRequest
 from sparklog.names import check_topic_name
+from sparklog.protocol import wire
 
 
 def parse_request(data: bytes | Any) -> dict[str, Any]:

@@ -1,6 +1,6 @@
 """The broker's Arrow Flight service: produce (``do_put``), fetch (``do_get``), and actions.
 
-The contract is in :mod:`sparklog.wire`. The server admits a call (each client address may have
+The contract is in :mod:`sparklog.protocol.wire`. The server admits a call (each client address may have
 ``max_calls_per_ip`` calls open at once, :mod:`sparklog.broker.call_limits`), authorizes it by its
 row of the call table (:mod:`sparklog.broker.call_authorization`), and hands it to its handler by
 type: :mod:`~sparklog.broker.produce_handler`, :mod:`~sparklog.broker.fetch_handler`, the offset
@@ -21,7 +21,6 @@ from typing import Any, Protocol
 
 import pyarrow.flight as flight
 
-from sparklog import wire
 from sparklog.broker import fetch_handler, produce_handler
 from sparklog.broker.call_authorization import FETCH, Acl, AnyOf, AsReplica, Call, Need, call_type, needs
 from sparklog.broker.call_limits import DEFAULT_MAX_CALLS_PER_IP, MIDDLEWARE_KEY, CallLimits, admit
@@ -34,7 +33,8 @@ from sparklog.broker.request_fields import parse_request
 from sparklog.broker.served_call import ServedBroker, ServedCall, Throttled, unthrottled
 from sparklog.broker.throttle import Kind
 from sparklog.errors import InvalidRequest, NotLeader
-from sparklog.multi_fetch import FETCH_MANY
+from sparklog.protocol import wire
+from sparklog.protocol.multi_fetch import FETCH_MANY
 from sparklog.security.authorizer import Authorizer
 from sparklog.security.replica_guard import ReplicaGuard
 from sparklog.security.scram import CredentialVersions

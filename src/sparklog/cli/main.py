@@ -117,7 +117,7 @@ def _describe_error(exc: BaseException, zookeeper: str) -> str:
     if isinstance(exc, KazooException | KazooTimeoutError):
         return f"lost the connection to ZooKeeper at {zookeeper} ({type(exc).__name__}); is it running?"
     if isinstance(exc, flight.FlightError):
-        from sparklog import wire
+        from sparklog.protocol import wire
 
         return _one_line(wire.from_flight_error(exc, "the broker"))
     if isinstance(exc, pa.ArrowException | OSError):

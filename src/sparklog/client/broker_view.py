@@ -1,6 +1,6 @@
 """The cluster as brokers describe it: a client given ``bootstrap.servers`` asks any reachable broker
 (the one that answered last, then the bootstrap servers, then every broker it learned of) for
-metadata, group offsets and topic administration (the cluster actions of :mod:`sparklog.wire`),
+metadata, group offsets and topic administration (the cluster actions of :mod:`sparklog.protocol.wire`),
 and opens no ZooKeeper session.
 
 Metadata is cached per topic (brokers, partition leaders and in-sync replicas, configs, value
@@ -21,7 +21,6 @@ from typing import Any
 
 import pyarrow.flight as flight
 
-from sparklog import wire
 from sparklog.client.cluster_address import parse_bootstrap_servers
 from sparklog.client.cluster_view import TopicPartition
 from sparklog.client.flight_clients import FlightClients
@@ -34,6 +33,7 @@ from sparklog.errors import (
     UnknownTopic,
     error_from_code,
 )
+from sparklog.protocol import wire
 from sparklog.schemas.value_schema import ValueSchema
 from sparklog.security.client_config import PLAINTEXT, ClientSecurity
 

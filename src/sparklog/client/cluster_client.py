@@ -9,7 +9,6 @@ from typing import Any, TypeVar
 
 import pyarrow.flight as flight
 
-from sparklog import wire
 from sparklog.client.broker_view import BrokerView
 from sparklog.client.cluster_address import DEFAULT_ZOOKEEPER, ClusterAddress
 from sparklog.client.cluster_view import ClusterView
@@ -17,6 +16,7 @@ from sparklog.client.flight_clients import FlightClients
 from sparklog.client.zookeeper_view import ZooKeeperView
 from sparklog.coordination.cluster import BrokerInfo, ClusterMetadata, TopicMetadata
 from sparklog.errors import BrokerNotAvailable, InvalidRequest, RequestTimedOut, SparklogError
+from sparklog.protocol import wire
 from sparklog.schemas.value_schema import ValueSchema
 from sparklog.security.client_config import PLAINTEXT, ClientSecurity
 

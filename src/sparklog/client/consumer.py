@@ -26,14 +26,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from kazoo.recipe.partitioner import SetPartitioner
 
-from sparklog import fetch_columns
 from sparklog.client.broker_view import BrokerView
 from sparklog.client.cluster_address import resolve
 from sparklog.client.cluster_client import DEFAULT_ZOOKEEPER, ClusterClient, fetch_connection
 from sparklog.client.fetch_session import FetchSession, Results
 from sparklog.client.group_membership import BrokerGroupMembership
 from sparklog.errors import BrokerNotAvailable, CommitFailed, InvalidRequest, OffsetOutOfRange, SparklogError
-from sparklog.multi_fetch import MultiFetchRequest
+from sparklog.protocol import fetch_columns
+from sparklog.protocol.multi_fetch import MultiFetchRequest
 from sparklog.schemas.codec import encode_avro
 from sparklog.schemas.projection import parse_fields
 
@@ -234,7 +234,7 @@ class Consumer:
             max_bytes=self.max_bytes,
             max_response_bytes=self.max_bytes,
             max_wait_ms=self.max_wait_ms,
-            compact=True,  # columns with nothing in them travel empty (sparklog.fetch_columns)
+            compact=True,  # columns with nothing in them travel empty (sparklog.protocol.fetch_columns)
             fields=self.fields,
         )
 

@@ -1,4 +1,4 @@
-"""One open multi-partition fetch (:mod:`sparklog.multi_fetch`) of a consumer: the partitions of one
+"""One open multi-partition fetch (:mod:`sparklog.protocol.multi_fetch`) of a consumer: the partitions of one
 topic that one broker leads (those of one of its connections), read on one thread.
 
 The thread keeps a ``fetch_many`` stream open from the partitions' positions and puts each batch
@@ -23,11 +23,11 @@ from typing import NamedTuple, Protocol
 import pyarrow as pa
 import pyarrow.flight as flight
 
-from sparklog import wire
 from sparklog.coordination.cluster import BrokerInfo
 from sparklog.errors import SparklogError, error_from_code
-from sparklog.fetch_columns import Restorer
-from sparklog.multi_fetch import MultiFetchRequest
+from sparklog.protocol import wire
+from sparklog.protocol.fetch_columns import Restorer
+from sparklog.protocol.multi_fetch import MultiFetchRequest
 
 TopicPartition = tuple[str, int]
 MIN_CALL_INTERVAL_S = 0.1  # a call that ended at once with nothing is not repeated sooner than this

@@ -14,7 +14,7 @@ import threading
 
 import pyarrow.flight as flight
 
-from sparklog import wire
+from sparklog.protocol import wire
 from sparklog.security.client_config import PLAINTEXT, ClientSecurity
 
 

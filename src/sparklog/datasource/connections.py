@@ -22,12 +22,13 @@ from typing import Any, TypeVar
 import pyarrow as pa
 import pyarrow.flight as flight
 
-from sparklog import fetch_columns, wire
 from sparklog.client.cluster_address import ClusterAddress
 from sparklog.client.cluster_client import ClusterClient, fetch_connection
 from sparklog.client.flight_clients import FlightClients
 from sparklog.coordination.cluster import BrokerInfo
 from sparklog.errors import BrokerNotAvailable, SparklogError
+from sparklog.protocol import fetch_columns, wire
+from sparklog.protocol.record_frames import open_produce, write_frame
 from sparklog.records import wire_schema
 
 log = logging.getLogger("sparklog.datasource")
@@ -147,7 +148,7 @@ def fetch(
         "offset": offset,
         "max_bytes": max_bytes,
         "max_wait_ms": 0,
-        "compact": True,  # columns with nothing in them travel empty (sparklog.fetch_columns)
+        "compact": True,  # columns with nothing in them travel empty (sparklog.protocol.fetch_columns)
     }
     if fields:
         request["fields"] = list(fields)  # typed topics: the broker sends only these value fields
@@ -258,18 +259,14 @@ class PutStream:
         }
         if self.schema_version is not None:
             command["schema_version"] = self.schema_version
-        descriptor = flight.FlightDescriptor.for_command(wire.encode(command))
-        self._writer, self._reader = self.client.flight(broker).do_put(descriptor, wire_schema(self.value_type))
+        self._writer, self._reader = open_produce(self.client.flight(broker), command, wire_schema(self.value_type))
         self._broker = broker
 
     def _write(self, batch: pa.RecordBatch, sequence: int, refresh: bool = False) -> None:
         if self._writer is None:
             self._open(refresh)
         assert self._writer is not None
-        if sequence >= 0:
-            self._writer.write_with_metadata(batch, pa.py_buffer(wire.encode({"sequence": sequence})))
-        else:
-            self._writer.write_batch(batch)
+        write_frame(self._writer, batch, {"sequence": sequence} if sequence >= 0 else None)
 
     def _read_ack(self) -> tuple[int, int]:
         assert self._reader is not None and self._writer is not None

@@ -16,7 +16,6 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.flight as flight
 
-from sparklog import wire
 from sparklog.datasource import connections
 from sparklog.datasource.fault_injection import first_to_claim
 from sparklog.datasource.options import WriteOptions
@@ -32,6 +31,7 @@ from sparklog.datasource.publish_state import (
     write_state,
 )
 from sparklog.errors import DuplicateSequence, OffsetOutOfRange, SparklogError
+from sparklog.protocol import wire
 from sparklog.records import offsets_of
 
 if TYPE_CHECKING:

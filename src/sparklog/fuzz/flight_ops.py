@@ -86,7 +86,7 @@ def client(location: str) -> flight.FlightClient:
 class Connector:
     """How calls reach the brokers, and as whom: anonymous over plaintext (``security`` left at
     :data:`~sparklog.security.client_config.PLAINTEXT`: a fresh client per call, closed after it),
-    or a user over TLS and SASL (:func:`sparklog.wire.flight_client`: one handshake per broker, the
+    or a user over TLS and SASL (:func:`sparklog.protocol.wire.flight_client`: one handshake per broker, the
     client kept for the next calls, unless the call is ``dedicated``: one that will be dropped
     half-way, whose client is closed with it)."""
 
@@ -114,7 +114,7 @@ class Connector:
         return kept
 
     def _connect(self, location: str) -> flight.FlightClient:
-        from sparklog.wire import flight_client
+        from sparklog.protocol.wire import flight_client
 
         return flight_client(location, own_connection=True, security=self.security)
 

@@ -38,12 +38,12 @@ import pyarrow.ipc as ipc
 from sparklog.coordination.cluster import ClusterMetadata
 from sparklog.fuzz import flight_ops
 from sparklog.fuzz.ledger import Entry, Ledger, fingerprint
+from sparklog.protocol.wire import COPY_RECORDS, LIST_OFFSETS, METADATA, OFFSETS_FOR_LEADER_EPOCH
 from sparklog.records import to_record_batch
 from sparklog.security.acl_store import AclStore
 from sparklog.security.acls import AclBinding, ResourcePattern
 from sparklog.security.client_config import ClientSecurity
 from sparklog.security.credential_store import MIN_ITERATIONS, CredentialStore
-from sparklog.wire import COPY_RECORDS, LIST_OFFSETS, METADATA, OFFSETS_FOR_LEADER_EPOCH
 
 if TYPE_CHECKING:
     from sparklog.local_cluster import LocalCluster

@@ -1,7 +1,7 @@
 """JSON request bodies for the broker (produce descriptors, fetch tickets, action bodies), well-formed
 or mutated.
 
-A request is described by a base dict (what :mod:`sparklog.wire` expects) plus a list of edits,
+A request is described by a base dict (what :mod:`sparklog.protocol.wire` expects) plus a list of edits,
 each ``[op, field, value]``: ``set`` a field to a value (of any JSON type), ``del`` it, or ``raw``
 to replace the whole body by bytes (``value`` then names one of :data:`RAW_BODIES` or is a hex
 string). The strategies draw the edits; :func:`render` applies them, so a case stays JSON-able

@@ -28,7 +28,7 @@ from hypothesis import strategies as st
 from sparklog.fuzz import cases
 from sparklog.fuzz.batches import LAYOUTS, MAX_BATCH_ROWS, TIMESTAMP_MODES, VALID_LAYOUTS
 from sparklog.fuzz.requests import RAW_BODIES, WEIRD_TOPICS, WEIRD_VALUES
-from sparklog.wire import COPY_RECORDS, LIST_OFFSETS, METADATA, OFFSETS_FOR_LEADER_EPOCH, PING
+from sparklog.protocol.wire import COPY_RECORDS, LIST_OFFSETS, METADATA, OFFSETS_FOR_LEADER_EPOCH, PING
 
 SEEDS = st.integers(0, 2**32 - 1)
 INVALID_LAYOUTS = tuple(name for name in LAYOUTS if name not in VALID_LAYOUTS)

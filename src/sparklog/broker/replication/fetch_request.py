@@ -37,8 +37,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.ipc as ipc
 
-from sparklog import wire
 from sparklog.errors import InvalidRecord, InvalidRequest
+from sparklog.protocol import wire
 
 REPLICA_FETCH = "replica_fetch"
 ENVELOPE = pa.schema([pa.field("batch", pa.binary(), nullable=False)])

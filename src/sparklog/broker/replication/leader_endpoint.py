@@ -11,12 +11,12 @@ from typing import Any, Protocol
 import pyarrow as pa
 import pyarrow.flight as flight
 
-from sparklog import wire
 from sparklog.broker.log.batch_codec import BatchHeader
 from sparklog.broker.replication import fetch_request
 from sparklog.broker.replication.fetch_request import FetchPosition
 from sparklog.broker.replication.fetch_session_handler import FetchSessionHandler
 from sparklog.errors import SparklogError, error_from_code
+from sparklog.protocol import wire
 
 FETCH_TIMEOUT_MARGIN_S = 5.0  # past max_wait_ms: a frozen leader must not hold the fetcher for long
 

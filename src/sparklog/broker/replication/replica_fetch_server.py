@@ -29,7 +29,6 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from sparklog import wire
 from sparklog.broker.replication.fetch_request import (
     MAX_PARTITIONS,
     MAX_RESPONSE_BYTES,
@@ -41,6 +40,7 @@ from sparklog.broker.replication.fetch_session import FULL_LOOK_S, FetchSessionC
 from sparklog.broker.replication.partition_changes import PartitionChanges
 from sparklog.errors import InvalidRequest, SparklogError
 from sparklog.names import check_topic_name
+from sparklog.protocol import wire
 
 if TYPE_CHECKING:
     from sparklog.broker.partition import Partition

@@ -22,10 +22,11 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.flight as flight
 
-from sparklog import wire
 from sparklog.client.producer.produce_batch import ProduceBatch
 from sparklog.coordination.cluster import BrokerInfo
 from sparklog.errors import BrokerNotAvailable, SparklogError
+from sparklog.protocol import wire
+from sparklog.protocol.record_frames import open_produce, write_frame
 from sparklog.records import wire_schema
 
 # a request's answer: per batch (base offset, last offset) or (error code, message); or the
@@ -67,7 +68,7 @@ class BrokerProduceStream:
         self.in_flight = 0  # requests submitted and not answered (the sender's bookkeeping)
         self._client = client
         self._schema = wire_schema(value_type)
-        self._descriptor = flight.FlightDescriptor.for_command(wire.encode({"type": wire.PRODUCE_MANY, "acks": acks}))
+        self._command = {"type": wire.PRODUCE_MANY, "acks": acks}
         self._completed = completed
         self._writer: Any = None
         self._reader: Any = None
@@ -109,7 +110,7 @@ class BrokerProduceStream:
 
     def _write(self, batches: Sequence[ProduceBatch]) -> None:
         if self._writer is None:
-            self._writer, self._reader = self._client.do_put(self._descriptor, self._schema)
+            self._writer, self._reader = open_produce(self._client, self._command, self._schema)
             if self.acks != "0":
                 name = f"sparklog-produce-answers-{self.broker.broker_id}"
                 self._answers_thread = threading.Thread(target=self._run_reads, name=name, daemon=True)
@@ -123,7 +124,7 @@ class BrokerProduceStream:
             if i == last:
                 meta["end"] = True
             with self._call_lock:  # not while the reader thread closes the call
-                self._writer.write_with_metadata(batch.batch, pa.py_buffer(wire.encode(meta)))
+                write_frame(self._writer, batch.batch, meta)
 
     def _finish_writing(self) -> None:
         """(Closing.) Half-close the stream: the broker answers what it was sent, then ends it (the

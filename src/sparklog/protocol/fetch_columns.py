@@ -29,7 +29,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from sparklog import wire
+from sparklog.protocol import wire
 from sparklog.records import HEADER_TYPE, TIMESTAMP_TYPE, int64_column
 
 ELIDED = pa.null()

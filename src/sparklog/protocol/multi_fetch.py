@@ -13,7 +13,7 @@ in one response, ``max_response_bytes`` one response in all (partitions take tur
 Response: one stream in the topic's consumer schema, exactly as a single-partition fetch of the
 same topic would have it (every partition of a topic has the same schema: a typed topic's values
 in the latest version, projected to ``fields``; with ``compact``, columns that carry nothing sent
-as Arrow ``null``, :mod:`sparklog.fetch_columns`), so stored batches go out as they are. Each
+as Arrow ``null``, :mod:`sparklog.protocol.fetch_columns`), so stored batches go out as they are. Each
 message holds records of one partition, with app metadata ``{"p", "hw", "lso"}`` plus the
 compact fetch's ``"base"`` / ``"ts"``. A partition the broker cannot serve (not its leader, offset
 out of range...) gets one empty message ``{"p", "error": CODE, "message"}`` and leaves the stream;
@@ -33,9 +33,9 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from sparklog import wire
 from sparklog.errors import InvalidRequest
 from sparklog.names import check_topic_name
+from sparklog.protocol import wire
 
 FETCH_MANY = "fetch_many"
 MAX_PARTITIONS = 100_000

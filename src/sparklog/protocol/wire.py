@@ -22,11 +22,11 @@
   no data an empty batch carries it. If there is nothing yet the broker waits up to ``max_wait_ms``.
   A consumer's ``"fields"`` projects a typed value; with ``"compact": true`` the broker may send
   ``offset``, ``key`` and ``headers`` as Arrow ``null`` columns when they carry nothing the client
-  cannot rebuild (each message then has ``"base"``, its first offset: :mod:`sparklog.fetch_columns`).
+  cannot rebuild (each message then has ``"base"``, its first offset: :mod:`sparklog.protocol.fetch_columns`).
   A consumer's ``"follow": true`` keeps the stream open after its first response: later appends
   follow on it until nothing new comes for ``max_wait_ms`` (:mod:`sparklog.broker.fetch_follower`).
   ``{"type": "fetch_many", "topic", "partitions": [{"p", "o"}, ...], ...}`` fetches many partitions
-  of one topic on one stream that stays open (:mod:`sparklog.multi_fetch`).
+  of one topic on one stream that stays open (:mod:`sparklog.protocol.multi_fetch`).
 - **Actions** (``do_action``, JSON body, JSON result): ``list_offsets`` ``{"topic", "partition",
   "timestamp"?}`` -> ``{"log_start_offset", "log_end_offset", "high_watermark", "leader_epoch",
   "offset_for_time"}``, or for many partitions of one leader ``{"partitions": [{"topic",
