@@ -16,7 +16,7 @@ from sparklog import Consumer, Producer
 from sparklog.broker.log.segment import SEGMENT_SUFFIX
 from sparklog.coordination.cluster import ClusterMetadata
 from sparklog.coordination.lake_offsets import LakeOffsets
-from sparklog.lake_layout import app_id
+from sparklog.lake.layout import app_id
 
 PER_BATCH = 10
 LAKE_TOPIC = {"lake.enabled": "true", "segment.bytes": "1024"}

@@ -23,7 +23,7 @@ from sparklog.coordination.cluster import ClusterMetadata
 from sparklog.coordination.lake_offsets import LakeOffsets
 from sparklog.coordination.ports import free_port
 from sparklog.errors import InvalidConfig, LakeConflict
-from sparklog.lake_layout import app_id, table_uri, topic_app_id
+from sparklog.lake.layout import app_id, table_uri, topic_app_id
 from sparklog.local_cluster import LocalCluster, broker_command
 from sparklog.schemas.value_schema import ValueSchema
 

@@ -1,4 +1,4 @@
-"""The snapshot of a topic's Delta table that ``read_topic`` plans from (:mod:`sparklog.lake_snapshot`):
+"""The snapshot of a topic's Delta table that ``read_topic`` plans from (:mod:`sparklog.lake.snapshot`):
 each partition's end is the offset the tierer committed with its rows, its files are the ones
 Spark's Parquet reader may read directly, and a table Spark's Parquet reader would not read as
 Delta does (reader features, files outside ``partition=<p>/``) gets no file list. Real tables
@@ -13,7 +13,7 @@ import pyarrow.parquet as pq
 from deltalake import DeltaTable
 
 from sparklog.broker.lake.delta_table import DeltaTableWriter
-from sparklog.lake_snapshot import read_snapshot
+from sparklog.lake.snapshot import read_snapshot
 
 TOPIC = "snap"
 

@@ -32,7 +32,7 @@ from sparklog.broker.lake.union_read import as_stored
 from sparklog.broker.log import PartitionLog
 from sparklog.coordination.cluster import ClusterMetadata
 from sparklog.errors import InvalidConfig, LakeConflict
-from sparklog.lake_layout import schema_app_id, value_column_clashes
+from sparklog.lake.layout import schema_app_id, value_column_clashes
 from sparklog.records import schema_version
 from sparklog.schemas.registry import SchemaRegistry
 from sparklog.schemas.value_schema import ValueSchema

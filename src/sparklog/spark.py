@@ -12,7 +12,7 @@ on through the ``sparklog`` source (``startingOffsets`` per partition = the boun
 same records each time it runs); the two are one ``unionByName``. When the table holds every
 record (a quiet lake-enabled topic: its tierer closes a segment ``segment.ms`` old), there is no
 ``sparklog`` source in the plan at all. The boundaries come from one snapshot
-of the table read on the driver with ``deltalake`` (:mod:`sparklog.lake_snapshot`): a partition's
+of the table read on the driver with ``deltalake`` (:mod:`sparklog.lake.snapshot`): a partition's
 end in it (the offset the tierer committed with its rows; at or past the lake offset, since a
 tierer commits to Delta before ZooKeeper). Where Spark's plain Parquet reader reads the table
 exactly as Delta would (reader version 1, ``partition=<p>/`` directories: the tierer's tables),
@@ -54,8 +54,8 @@ from sparklog.datasource.offsets import discover
 from sparklog.datasource.options import check_known, parse_read_options
 from sparklog.datasource.reader import TIMESTAMP_TYPES, read_schema
 from sparklog.errors import InvalidRequest
-from sparklog.lake_layout import table_uri
-from sparklog.lake_snapshot import LakeSnapshot, read_snapshot
+from sparklog.lake.layout import table_uri
+from sparklog.lake.snapshot import LakeSnapshot, read_snapshot
 from sparklog.names import check_topic_name
 
 # what read_topic chooses itself (the whole topic, earliest to latest)
@@ -189,7 +189,7 @@ def _lake_table(
     """The table's rows of ``parts`` below their boundaries (None: the snapshot has no file of
     them). Spark's Parquet reader on exactly the snapshot's files, with no row filter (a
     partition's rows in it are its offsets below its end, no Delta log replay in the JVM), where
-    it reads them as Delta would (:mod:`sparklog.lake_snapshot`) and lists them on the driver: no
+    it reads them as Delta would (:mod:`sparklog.lake.snapshot`) and lists them on the driver: no
     more than ``spark.sql.sources.parallelPartitionDiscovery.threshold`` files (above it Spark
     lists them in a job of its own, which costs more than Delta's reader, which takes them from
     its log). Otherwise Delta's reader, filtered to the boundaries."""

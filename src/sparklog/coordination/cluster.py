@@ -26,7 +26,7 @@ from sparklog.errors import (
     UnknownGroup,
     UnknownTopic,
 )
-from sparklog.lake_layout import check_value_columns
+from sparklog.lake.layout import check_value_columns
 from sparklog.names import check_group_id, check_not_internal, check_topic_name
 from sparklog.partitioner_names import NEW_TOPIC_PARTITIONER
 

@@ -26,7 +26,7 @@ from kazoo.exceptions import NodeExistsError, NoNodeError
 from sparklog.config import TopicConfig
 from sparklog.coordination.zk_layout import ZkLayout
 from sparklog.errors import IncompatibleSchema, UnknownSchema
-from sparklog.lake_layout import check_value_columns
+from sparklog.lake.layout import check_value_columns
 from sparklog.names import check_topic_name
 from sparklog.schemas.compatibility import Problem, check, normalize_mode
 from sparklog.schemas.value_schema import ValueSchema

@@ -32,7 +32,7 @@ from sparklog.broker.lake.compaction import DEFAULT_TARGET_FILE_BYTES, DataFile,
 from sparklog.broker.lake.rows import PARTITION_COLUMN, schema_of_version
 from sparklog.broker.lake.table_schema import additive, rewritten
 from sparklog.errors import LakeConflict, LakeUnavailable
-from sparklog.lake_layout import app_id, schema_app_id, table_uri, topic_app_id
+from sparklog.lake.layout import app_id, schema_app_id, table_uri, topic_app_id
 from sparklog.schemas.value_schema import ValueSchema
 
 log = logging.getLogger(__name__)

@@ -34,7 +34,7 @@ from deltalake.exceptions import DeltaError, TableNotFoundError
 
 from sparklog.broker.lake.rows import PARTITION_COLUMN
 from sparklog.errors import LakeUnavailable
-from sparklog.lake_layout import schema_app_id, table_uri
+from sparklog.lake.layout import schema_app_id, table_uri
 from sparklog.records import SCHEMA_VERSION_KEY
 
 REFRESH_MIN_S = 1.0  # a table that still lacks asked offsets is read again at most this often

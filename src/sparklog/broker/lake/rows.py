@@ -1,6 +1,6 @@
 """Stored record batches <-> rows of a topic's Delta table, with Arrow compute (no per-record loop).
 
-Columns (:mod:`sparklog.lake_layout`): ``partition`` (int32, the table's partition column),
+Columns (:mod:`sparklog.lake.layout`): ``partition`` (int32, the table's partition column),
 ``offset`` (int64), ``timestamp`` (UTC), ``key`` (binary), ``headers`` (list of key/value
 structs) and, for a plain topic, ``value`` (binary). A typed topic has no ``value`` column: each
 top-level field of its value is a column (after ``headers``), in the topic's **latest** schema
@@ -20,7 +20,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from sparklog.errors import LakeUnavailable
-from sparklog.lake_layout import PARTITION_COLUMN, RECORD_COLUMNS
+from sparklog.lake.layout import PARTITION_COLUMN, RECORD_COLUMNS
 from sparklog.records import schema_version
 from sparklog.schemas.evolution import evolve
 from sparklog.schemas.value_schema import ValueSchema

@@ -1,7 +1,7 @@
 """A typed topic's Delta table following the topic's schema evolution (issue 19).
 
 The table records the value schema version its rows are in as the Delta application transaction
-``sparklog-<topic>-schema`` (:func:`sparklog.lake_layout.schema_app_id`), committed
+``sparklog-<topic>-schema`` (:func:`sparklog.lake.layout.schema_app_id`), committed
 atomically with the rows that bring it there. When the topic's latest version ``V`` is newer than
 the table's ``T``, the rows already in the table must read as rows of ``V``. Two cases:
 

@@ -48,7 +48,7 @@ from sparklog.broker.lake.compaction import DEFAULT_TARGET_FILE_BYTES
 from sparklog.broker.lake.rows import lake_rows
 from sparklog.broker.lake.source import TieringSource
 from sparklog.errors import LakeConflict, LakeUnavailable, OffsetOutOfRange, SparklogError
-from sparklog.lake_layout import check_value_columns
+from sparklog.lake.layout import check_value_columns
 from sparklog.schemas.value_schema import ValueSchema
 
 log = logging.getLogger(__name__)

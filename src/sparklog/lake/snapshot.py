@@ -3,7 +3,7 @@ it (issue 19): read with the ``deltalake`` package on the driver, before Spark p
 
 - **Ends**: each partition's next offset to tier, the application transaction
   ``sparklog-<topic>-<p>`` the tierer commits atomically with the rows
-  (:func:`sparklog.lake_layout.app_id`). In this snapshot a partition's rows are
+  (:func:`sparklog.lake.layout.app_id`). In this snapshot a partition's rows are
   exactly its offsets below its end (those not deleted), so a reader that takes them from these
   files and the rest from the log from the end on needs no row filter.
 - **Files**: the snapshot's data files of each partition (paths relative to the table), when
@@ -26,7 +26,7 @@ import pyarrow as pa
 from deltalake import DeltaTable
 from deltalake.exceptions import DeltaError, TableNotFoundError
 
-from sparklog.lake_layout import PARTITION_COLUMN, app_id
+from sparklog.lake.layout import PARTITION_COLUMN, app_id
 
 
 @dataclasses.dataclass(frozen=True)
