@@ -302,3 +302,9 @@ def _all_error_types() -> dict[str, type[SparklogError]]:
 def error_from_code(code: str, message: str) -> SparklogError:
     """Rebuild the typed error named by ``code`` (unknown codes give a plain :class:`SparklogError`)."""
     return _all_error_types().get(code, SparklogError)(message)
+
+
+class DirectoryInUse(SparklogError):
+    """A data directory is locked by another process (a broker, a ZooKeeper, `sparklog up`)."""
+
+    code = "DIRECTORY_IN_USE"

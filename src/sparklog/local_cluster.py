@@ -18,6 +18,7 @@ from sparklog.child_process import preexec
 from sparklog.coordination.cluster import ClusterMetadata
 from sparklog.coordination.ports import free_port, port_is_open
 from sparklog.coordination.zookeeper_server import EmbeddedZooKeeper
+from sparklog.dir_lock import DirLock
 from sparklog.errors import BrokerNotAvailable
 from sparklog.file_modes import DIRECTORY_MODE, open_for_append, restrict_tree
 from sparklog.security.client_config import load_properties
@@ -164,6 +165,7 @@ class LocalCluster:
         ``lake_dir``: the brokers' ``--lake-dir`` (lake-enabled topics' Delta tables; default
         ``<data_dir>/lake``)."""
         self.data_dir = Path(data_dir)
+        self._dir_lock = DirLock(self.data_dir, "the cluster's data dir")
         self.secure = secure
         self.security: LocalSecurity | None = None
         self.embedded: EmbeddedZooKeeper | None = None
@@ -187,7 +189,13 @@ class LocalCluster:
             for i in range(brokers)
         }
 
+    def lock_data_dir(self) -> None:
+        """Hold the data dir until :meth:`stop` (DirectoryInUse if another process does): one
+        cluster per data dir, whose brokers and ZooKeeper lock their own directories too."""
+        self._dir_lock.acquire()
+
     def start(self, timeout: float = BROKER_START_TIMEOUT_S) -> LocalCluster:
+        self.lock_data_dir()
         try:
             if self.embedded is not None:
                 self.embedded.start()
@@ -269,6 +277,7 @@ class LocalCluster:
             broker.kill()  # anything left (a broker killed earlier and never restarted is a no-op)
         if self.embedded is not None:
             self.embedded.stop()
+        self._dir_lock.release()
         return problems
 
     def __enter__(self) -> LocalCluster:

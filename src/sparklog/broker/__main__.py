@@ -14,6 +14,7 @@ import threading
 from sparklog.broker.broker import Broker
 from sparklog.broker.call_limits import DEFAULT_MAX_CALLS_PER_IP
 from sparklog.broker.log_manager import DEFAULT_PRODUCER_ID_EXPIRATION_MS
+from sparklog.errors import DirectoryInUse
 from sparklog.file_modes import owner_only_files_if
 from sparklog.security.broker_config import BrokerSecurity
 from sparklog.security.client_config import load_properties
@@ -53,7 +54,12 @@ def main(
         producer_id_expiration_ms=producer_id_expiration_ms,
         security=security,
         lake_dir=lake_dir,
-    ).start()
+    )
+    try:
+        broker.start()
+    except DirectoryInUse as exc:  # another broker uses this log dir: touch nothing, say whose it is
+        print(f"broker {broker_id}: error: {exc}", file=sys.stderr, flush=True)
+        return 1
     print(f"broker {broker_id} listening on {host}:{broker.port} (data in {data_dir})", flush=True)
     if config_file is not None:
         listed = ", ".join(f"{e.protocol}://{e.host}:{e.port}" for e in broker.endpoints)

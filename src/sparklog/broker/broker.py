@@ -50,6 +50,7 @@ from sparklog.broker.topic_catalog import TopicCatalog
 from sparklog.broker.topic_watcher import TopicWatcher
 from sparklog.coordination.cluster import BrokerInfo, ClusterMetadata
 from sparklog.coordination.lake_offsets import LakeOffsets
+from sparklog.dir_lock import DirLock
 from sparklog.errors import InvalidRequest
 from sparklog.schemas.registry import SchemaRegistry
 from sparklog.schemas.value_schema import ValueSchema
@@ -134,6 +135,7 @@ class Broker:
         self.group_members: GroupMembers | None = None  # consumer group members hosted for clients
         self.controller: Controller | None = None
         self._started = False
+        self._dir_lock = DirLock(self.data_dir, f"broker {broker_id}'s log dir")
 
     @property
     def port(self) -> int:
@@ -166,6 +168,14 @@ class Broker:
 
     # ----------------------------------------------------------------- lifecycle
     def start(self) -> Broker:
+        self._dir_lock.acquire()  # before anything reads or writes the log dir: one broker per dir
+        try:
+            return self._start()
+        except BaseException:
+            self._dir_lock.release()
+            raise
+
+    def _start(self) -> Broker:
         cluster = self.cluster.start()
         self._started = True
         self.zk_connected = True
@@ -309,6 +319,7 @@ class Broker:
             finished = finished and not closer.is_alive()
         self.logs.close()
         self.peers.close()
+        self._dir_lock.release()
         log.info("broker %s stopped in %.1f s", self.broker_id, time.monotonic() - began)
         return finished
 

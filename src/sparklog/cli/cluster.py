@@ -227,6 +227,7 @@ def run_up(args: argparse.Namespace) -> int:
         secure=args.secure,
         lake_dir=args.lake_dir,
     )
+    cluster.lock_data_dir()  # before anything there is touched: a second `up` on it is refused
     problems: list[str] = []
     try:
         if cluster.embedded is not None:

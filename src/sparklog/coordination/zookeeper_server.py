@@ -29,6 +29,7 @@ from types import TracebackType
 
 from sparklog.child_process import preexec
 from sparklog.coordination.ports import free_port, port_is_open
+from sparklog.dir_lock import DirLock
 from sparklog.errors import ZooKeeperNotAvailable, ZooKeeperStartError
 from sparklog.file_modes import DIRECTORY_MODE, OWNER_ONLY_UMASK, open_for_append, restrict_tree
 
@@ -212,6 +213,7 @@ class EmbeddedZooKeeper:
         ``data_dir`` owner-only (directories 0700, files 0600: the JVM runs with umask 077).
         """
         self.data_dir = Path(data_dir).resolve()
+        self._dir_lock: DirLock | None = None  # held from start until the server has exited
         self.port = int(port) or free_port()  # 0: any free port
         self.host = host
         self.tick_time_ms = int(tick_time_ms)
@@ -258,6 +260,7 @@ class EmbeddedZooKeeper:
         """
         if self.is_running():
             raise ZooKeeperStartError(f"ZooKeeper (pid {self.pid}) is already running on {self.connect_string}")
+        self._release_dir()  # a previous server of this object that died without stop()
         t0 = time.monotonic()
         java = find_java()
         if java is None:
@@ -273,7 +276,15 @@ class EmbeddedZooKeeper:
                 f"cannot start ZooKeeper on {self.connect_string}: something is already listening there"
             )
 
-        self.data_dir.mkdir(parents=True, exist_ok=True)
+        lock = DirLock(self.data_dir, "ZooKeeper's data dir").acquire()  # one server per data dir
+        try:
+            self._start_locked(java, classpath, lock, t0, timeout)
+        except BaseException:
+            lock.release()
+            raise
+
+    def _start_locked(self, java: str, classpath: str, lock: DirLock, t0: float, timeout: float) -> None:
+        self._dir_lock = lock
         if self.secure:
             os.chmod(self.data_dir, DIRECTORY_MODE)  # first: nobody else reaches what is below
         self._write_config()
@@ -293,6 +304,7 @@ class EmbeddedZooKeeper:
                 start_new_session=True,  # own process group: signals go to the JVM only
                 preexec_fn=preexec(),  # and it goes away with its parent, even after a kill -9
                 umask=OWNER_ONLY_UMASK if self.secure else -1,
+                pass_fds=(lock.fileno(),),  # the JVM holds the data dir's lock too, while it runs
             )
         self._finalizer = weakref.finalize(self, _kill_at_exit, self._proc)
         try:
@@ -314,6 +326,7 @@ class EmbeddedZooKeeper:
             _signal_group(proc, signal.SIGKILL)
             proc.wait()
         self._detach_finalizer()
+        self._release_dir()
 
     def kill(self) -> None:
         """Kill the server abruptly with SIGKILL (simulates a crash) and wait for it to exit."""
@@ -323,6 +336,12 @@ class EmbeddedZooKeeper:
         _signal_group(proc, signal.SIGKILL)
         proc.wait()
         self._detach_finalizer()
+        self._release_dir()
+
+    def _release_dir(self) -> None:
+        lock, self._dir_lock = self._dir_lock, None
+        if lock is not None:
+            lock.release()
 
     def __enter__(self) -> EmbeddedZooKeeper:
         if not self.is_running():
