@@ -18,6 +18,7 @@ from sparklog.security.acl_store import AclCache, AclStore
 from sparklog.security.acls import (
     CLUSTER_NAME,
     AclBinding,
+    AclFilter,
     Operation,
     PatternType,
     ResourcePattern,
@@ -112,6 +113,42 @@ def test_add_list_remove_round_trip(store: AclStore, zk_client: KazooClient) -> 
     assert store.remove_all(group) == [bindings[3]]
     assert store.remove_all(group) == []
     assert sorted(store.list_acls(), key=str) == sorted([bindings[2], bindings[4]], key=str)
+
+
+def test_describe_and_delete_by_filter(store: AclStore, zk_client: KazooClient) -> None:
+    prefixed = ResourcePattern(ResourceType.TOPIC, "ev", PatternType.PREFIXED)
+    bindings = [
+        acl(),
+        acl(operation="Write"),
+        acl(principal="User:bob"),
+        acl(pattern=prefixed, operation="Describe"),
+        acl(pattern=ResourcePattern(ResourceType.TOPIC, "other")),
+    ]
+    assert store.add(bindings) == bindings
+    assert store.describe(AclFilter(ResourceType.TOPIC, "events", PatternType.LITERAL)) == sorted(
+        bindings[:3], key=lambda b: (b.principal, b.operation.value)
+    )
+    assert store.describe(AclFilter(ResourceType.TOPIC, "events", match=True, principal="User:alice")) == [
+        bindings[0],
+        bindings[1],
+        bindings[3],  # sorted: literal patterns first
+    ]
+    assert store.describe(AclFilter(operation=Operation.DESCRIBE)) == [bindings[3]]
+
+    with pytest.raises(InvalidRequest, match="needs their resource pattern"):
+        store.delete([AclFilter(principal="User:alice")])
+    assert len(store.list_acls()) == 5  # refused as a whole: nothing removed
+    # every ACL of alice on topic 'events' (any operation), in one transaction with a prefixed pattern's
+    removed = store.delete(
+        [
+            AclFilter(ResourceType.TOPIC, "events", PatternType.LITERAL, principal="User:alice"),
+            AclFilter.of_pattern(prefixed),
+        ]
+    )
+    assert sorted(removed, key=str) == sorted([bindings[0], bindings[1], bindings[3]], key=str)
+    assert store.list_acls() == [bindings[2], bindings[4]]
+    assert zk_client.exists(LAYOUT.acl_resource("prefixed", "Topic", "ev")) is None  # no ACLs, no znode
+    assert store.delete([AclFilter.of(bindings[0])]) == []
 
 
 def test_malformed_znode_is_a_clear_error(store: AclStore, zk_client: KazooClient) -> None:

@@ -10,6 +10,7 @@ from sparklog.errors import AuthorizationFailed, InvalidRequest, InvalidTopic, S
 from sparklog.security.acls import (
     CLUSTER_NAME,
     AclBinding,
+    AclFilter,
     AclIndex,
     Operation,
     PatternType,
@@ -88,7 +89,10 @@ def test_other_values_parse_in_any_case() -> None:
         (
             Operation.parse,
             "Reed",
-            ["operation 'Reed'", "Read, Write, Create, Delete, Alter, Describe, ClusterAction, All"],
+            [
+                "operation 'Reed'",
+                "Read, Write, Create, Delete, Alter, Describe, ClusterAction, DescribeConfigs, AlterConfigs, All",
+            ],
         ),
         (Operation.parse, "", ["operation ''", "ClusterAction"]),
         (Operation.parse, None, ["operation None"]),
@@ -207,6 +211,83 @@ def test_describe_and_create_imply_nothing_else() -> None:
         CLUSTER_NAME,
         resource_type=CLUSTER,
     )
+
+
+def test_alter_configs_implies_describe_configs_on_the_cluster() -> None:
+    """Kafka's rule for client quotas' operations: an Allow of AlterConfigs also allows
+    DescribeConfigs; neither is allowed by Alter or Describe, nor applies to topics here."""
+    cluster = {"resource_type": "Cluster", "name": CLUSTER_NAME}
+    on_cluster = {"name": CLUSTER_NAME, "resource_type": CLUSTER}
+    assert allowed([acl(operation="AlterConfigs", **cluster)], Operation.DESCRIBE_CONFIGS, **on_cluster)
+    assert not allowed([acl(operation="DescribeConfigs", **cluster)], Operation.ALTER_CONFIGS, **on_cluster)
+    assert not allowed([acl(operation="Alter", **cluster)], Operation.ALTER_CONFIGS, **on_cluster)
+    assert not allowed([acl(operation="Describe", **cluster)], Operation.DESCRIBE_CONFIGS, **on_cluster)
+    denied = [acl(operation="All", **cluster), acl(operation="AlterConfigs", permission="Deny", **cluster)]
+    assert not allowed(denied, Operation.ALTER_CONFIGS, **on_cluster)
+    assert allowed(denied, Operation.DESCRIBE_CONFIGS, **on_cluster)  # a Deny denies only its operation
+    assert Operation.parse("describe_configs") is Operation.DESCRIBE_CONFIGS
+    with pytest.raises(InvalidRequest, match="operation AlterConfigs does not apply to topics"):
+        acl(operation="AlterConfigs")
+
+
+def test_bindings_round_trip_through_json_and_bad_json_is_refused() -> None:
+    binding = acl(pattern_type="prefixed", name="orders-", host="::0:1", permission="deny")
+    assert binding.to_json() == {
+        "resource_type": "Topic",
+        "name": "orders-",
+        "pattern_type": "prefixed",
+        "principal": "User:alice",
+        "host": "::1",
+        "operation": "Read",
+        "permission": "Deny",
+    }
+    assert AclBinding.from_json(binding.to_json()) == binding
+    for bad, message in (
+        ([], "must be a JSON object"),
+        ({**binding.to_json(), "name": 7}, "resource 'name' must be a string"),
+        ({**binding.to_json(), "pattern_type": None}, "resource pattern type None"),
+        ({**binding.to_json(), "name": "../x"}, "topic name"),
+        ({**binding.to_json(), "operation": "Fly"}, "unknown operation 'Fly'"),
+        ({k: v for k, v in binding.to_json().items() if k != "host"}, "has no 'host'"),
+    ):
+        with pytest.raises(InvalidRequest, match=message):
+            AclBinding.from_json(bad)
+
+
+def test_filters_select_bindings() -> None:
+    literal = acl(name="orders")
+    prefixed = acl(name="ord", pattern_type="prefixed", operation="Write")
+    everyone = acl(name="*", principal="User:bob", operation="Describe")
+    other = acl(name="clicks")
+    group = acl(resource_type="Group", name="orders")
+    bindings = [literal, prefixed, everyone, other, group]
+
+    def selected(f: AclFilter) -> list[AclBinding]:
+        return [b for b in bindings if f.matches(b)]
+
+    assert selected(AclFilter()) == bindings
+    assert selected(AclFilter(TOPIC, "orders")) == [literal]  # the name as stored
+    assert selected(AclFilter(TOPIC, "orders", match=True)) == [literal, prefixed, everyone]
+    assert selected(AclFilter(principal="User:bob")) == [everyone]
+    assert selected(AclFilter(operation=Operation.WRITE)) == [prefixed]
+    assert selected(AclFilter(pattern_type=PatternType.PREFIXED)) == [prefixed]
+    assert selected(AclFilter.of(literal)) == [literal]
+    assert AclFilter.of(literal).pattern == literal.pattern and AclFilter(TOPIC).pattern is None
+    for f in (AclFilter(), AclFilter(TOPIC, "orders", match=True), AclFilter.of(prefixed)):
+        assert AclFilter.from_json(f.to_json()) == f
+    assert AclFilter.from_json({"pattern_type": "ANY", "principal": "User:bob"}) == AclFilter(principal="User:bob")
+    for bad, message in (
+        ({"pattern_type": "match"}, "needs a resource"),
+        ({"resource_type": "Topic", "name": "x", "pattern_type": "fuzzy"}, "literal, prefixed, any, match"),
+        ({"resource_type": "Topic", "name": "../x", "pattern_type": "literal"}, "topic name"),
+        ({"principal": "alice"}, "must be written 'User:<name>'"),
+        ({"host": "example.com"}, "IP address"),
+        ({"name": 3}, "must be a string"),
+        ({"owner": "me"}, "unknown ACL filter field"),
+        ("all", "must be a JSON object"),
+    ):
+        with pytest.raises(InvalidRequest, match=message):
+            AclFilter.from_json(bad)
 
 
 def test_all_matches_every_operation() -> None:

@@ -714,6 +714,23 @@ def test_up_secure_runs_a_cluster_only_its_admin_reaches(tmp_path: Path) -> None
         consumed = ok("consume", "secured", "--from-beginning", "--max-messages", "20", *config)
         assert sorted(consumed.stdout.splitlines()) == sorted(f"v{i}" for i in range(20))
 
+        # the administration it prints: through the brokers, with the same file (no ZooKeeper digest)
+        assert f"sparklog users add alice --command-config {properties}" in out.seen[-1]
+        assert "SPARKLOG_ZOOKEEPER_DIGEST" not in out.seen[-1]
+        ok("users", "add", "alice", *config, input="alice-secret\n")
+        ok("acls", "add", "--allow-principal", "User:alice", "--operation", "Read", "--topic", "secured", *config)
+        alice = tmp_path / "alice.properties"
+        alice.write_text(
+            properties.read_text()
+            .replace("sasl.username=admin", "sasl.username=alice")
+            .replace(
+                next(line for line in properties.read_text().splitlines() if line.startswith("sasl.password=")),
+                "sasl.password=alice-secret",
+            )
+        )
+        read = ok("consume", "secured", "--from-beginning", "--max-messages", "20", "--command-config", str(alice))
+        assert sorted(read.stdout.splitlines()) == sorted(f"v{i}" for i in range(20))
+
         servers = next(line for line in properties.read_text().splitlines() if line.startswith("bootstrap.servers="))
         plaintext = run_cli("topics", "list", "--bootstrap-server", servers.split("=", 1)[1], timeout=120)
         assert_one_line_error(plaintext, "security.protocol")

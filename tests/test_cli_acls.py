@@ -159,7 +159,8 @@ def test_acls_errors_are_one_clear_line(sparklog_connect: str) -> None:
     # checked before connecting: no ZooKeeper needed for these
     one_line_error(
         run("add", "--allow-principal", "User:alice", "--operation", "Reed", "--topic", "t"),
-        "unknown operation 'Reed'; use one of Read, Write, Create, Delete, Alter, Describe, ClusterAction, All",
+        "unknown operation 'Reed'; use one of Read, Write, Create, Delete, Alter, Describe, ClusterAction, "
+        "DescribeConfigs, AlterConfigs, All",
     )
     one_line_error(
         run("add", "--allow-principal", "alice", "--topic", "t"), "principal 'alice' must be written 'User:<name>'"

@@ -171,6 +171,13 @@ class InvalidUserName(InvalidRequest):
     code = "INVALID_USER_NAME"
 
 
+class UnacceptableCredential(InvalidRequest):
+    """A SCRAM credential the broker will not store: too few or too many iterations, a salt or
+    salted password of the wrong size, an empty password (Kafka's ``UNACCEPTABLE_CREDENTIAL``)."""
+
+    code = "UNACCEPTABLE_CREDENTIAL"
+
+
 class InvalidPartitions(InvalidRequest):
     """A partition count is out of range (below 1, or above the broker's ``num.partitions.max``)."""
 

@@ -177,6 +177,10 @@ def _sink_state(request: Mapping[str, Any]) -> list[Need]:
     return [Acl(operation, TRANSACTIONAL_ID, check_transactional_id(request.get("sink")))]
 
 
+def _on_cluster(operation: Operation) -> Needs:
+    return lambda _request: [Acl(operation, CLUSTER)]
+
+
 def _nothing(_request: Mapping[str, Any]) -> list[Need]:
     return []
 
@@ -204,6 +208,18 @@ CALLS: dict[tuple[Call, str], Rule] = {
     (Call.ACTION, wire.ALTER_CONFIGS): Rule(_on_topic(Operation.ALTER, "name")),
     (Call.ACTION, wire.REGISTER_SCHEMA): Rule(_on_topic(Operation.ALTER)),
     (Call.ACTION, wire.SINK_STATE): Rule(_sink_state),
+    # administration (Kafka's: DescribeUserScramCredentials, DescribeAcls and
+    # ListPartitionReassignments Describe Cluster; AlterUserScramCredentials, CreateAcls, DeleteAcls
+    # and AlterPartitionReassignments Alter Cluster; client quotas DescribeConfigs / AlterConfigs)
+    (Call.ACTION, wire.DESCRIBE_USER_SCRAM_CREDENTIALS): Rule(_on_cluster(Operation.DESCRIBE)),
+    (Call.ACTION, wire.ALTER_USER_SCRAM_CREDENTIALS): Rule(_on_cluster(Operation.ALTER)),
+    (Call.ACTION, wire.DESCRIBE_ACLS): Rule(_on_cluster(Operation.DESCRIBE)),
+    (Call.ACTION, wire.CREATE_ACLS): Rule(_on_cluster(Operation.ALTER)),
+    (Call.ACTION, wire.DELETE_ACLS): Rule(_on_cluster(Operation.ALTER)),
+    (Call.ACTION, wire.DESCRIBE_CLIENT_QUOTAS): Rule(_on_cluster(Operation.DESCRIBE_CONFIGS)),
+    (Call.ACTION, wire.ALTER_CLIENT_QUOTAS): Rule(_on_cluster(Operation.ALTER_CONFIGS)),
+    (Call.ACTION, wire.ALTER_PARTITION_REASSIGNMENTS): Rule(_on_cluster(Operation.ALTER)),
+    (Call.ACTION, wire.LIST_PARTITION_REASSIGNMENTS): Rule(_on_cluster(Operation.DESCRIBE)),
 }
 
 

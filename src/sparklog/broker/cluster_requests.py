@@ -5,7 +5,8 @@ configs and schemas as its watches keep them; partition states read in one pipel
 topic), group offsets written to and read from the same znodes as the ZooKeeper path
 (``consumers/<g>/offsets/<t>/<p>``), and topic administration through the same
 :class:`~sparklog.coordination.cluster.ClusterMetadata` code (checks, chunked all-or-nothing
-creation) on the broker's own session.
+creation) on the broker's own session. The administration actions (users, ACLs, client quotas,
+partition reassignment) are :mod:`sparklog.broker.admin_requests`'s, answered here too.
 
 Everything in a request is untrusted: names are checked against the naming rule before they become
 a znode path, numbers must be 64-bit integers, lists and maps are bounded; a bad request gets a
@@ -22,6 +23,7 @@ from typing import Any
 from kazoo.exceptions import KazooException
 from kazoo.handlers.threading import KazooTimeoutError
 
+from sparklog.broker.admin_requests import AdminRequests
 from sparklog.broker.call_permissions import GROUP, TOPIC, UNRESTRICTED, CallPermissions
 from sparklog.broker.group_members import GroupMembers
 from sparklog.coordination.cluster import (
@@ -159,6 +161,8 @@ class ClusterRequests:
             wire.JOIN_GROUP: self.join_group,
             wire.GROUP_HEARTBEAT: self.group_heartbeat,
             wire.LEAVE_GROUP: self.leave_group,
+            # users, ACLs, quotas and reassignments, through the ZooKeeper path's stores
+            **AdminRequests(cluster).actions,
         }
 
     def answer(self, action: str, request: dict[str, Any], may: CallPermissions = UNRESTRICTED) -> dict[str, Any]:

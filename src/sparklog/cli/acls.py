@@ -1,28 +1,31 @@
-"""``sparklog acls add|remove|list``: ACLs with kafka-acls' flags, kept in ZooKeeper."""
+"""``sparklog acls add|remove|list``: ACLs with kafka-acls' flags. With ``--bootstrap-server`` /
+``--command-config`` through brokers (Kafka's CreateAcls/DeleteAcls/DescribeAcls: Alter, or for
+``list`` Describe, on the cluster; no ZooKeeper access needed), else in ZooKeeper directly."""
 
 from __future__ import annotations
 
 import argparse
 
-from sparklog.cli.common import CliError, add_zookeeper_option, cluster_metadata, print_table
-from sparklog.errors import InvalidRequest
-from sparklog.security.acl_store import AclStore
+from sparklog.cli.common import CliError, add_cluster_options, admin, print_table
 from sparklog.security.acls import (
+    ANY_PATTERN,
     CLUSTER_NAME,
+    MATCH,
     AclBinding,
+    AclFilter,
     Operation,
     PatternType,
     Permission,
     ResourcePattern,
     ResourceType,
+    filter_pattern_type,
 )
 from sparklog.security.principal import parse_principal
 
 LIST_HEADERS = ("RESOURCE-TYPE", "NAME", "PATTERN-TYPE", "PRINCIPAL", "HOST", "OPERATION", "PERMISSION")
 OPERATIONS = "|".join(op.value for op in Operation)
 # list only: every pattern type, or every pattern that covers the named resource (kafka-acls' names)
-ANY = "any"
-MATCH = "match"
+ANY = ANY_PATTERN
 
 
 def add_acls(sub: argparse._SubParsersAction) -> None:
@@ -36,7 +39,7 @@ def add_acls(sub: argparse._SubParsersAction) -> None:
         "allows it and none denies it; a resource without ACLs is refused to everyone but super users.",
     )
     _binding_options(p)
-    add_zookeeper_option(p)
+    add_cluster_options(p)
     p.set_defaults(handler=_add)
 
     p = asub.add_parser(
@@ -47,7 +50,7 @@ def add_acls(sub: argparse._SubParsersAction) -> None:
     )
     _binding_options(p)
     p.add_argument("--force", action="store_true", help="with no principal: remove every ACL of the resource pattern")
-    add_zookeeper_option(p)
+    add_cluster_options(p)
     p.set_defaults(handler=_remove)
 
     p = asub.add_parser(
@@ -59,7 +62,7 @@ def add_acls(sub: argparse._SubParsersAction) -> None:
     )
     _resource_options(p, required=False, pattern_types=f"literal|prefixed|{ANY}|{MATCH}")
     p.add_argument("--principal", metavar="User:NAME", help="only the ACLs of this principal")
-    add_zookeeper_option(p)
+    add_cluster_options(p)
     p.set_defaults(handler=_list)
 
 
@@ -131,15 +134,6 @@ def _bindings(args: argparse.Namespace, pattern: ResourcePattern) -> list[AclBin
     return list(dict.fromkeys(out))
 
 
-def _list_pattern_type(text: str) -> PatternType:
-    try:
-        return PatternType.parse(text)
-    except InvalidRequest:
-        raise InvalidRequest(
-            f"unknown resource pattern type {text!r:.80}; use one of literal, prefixed, {ANY}, {MATCH}"
-        ) from None
-
-
 def _count(n: int) -> str:
     return f"{n} ACL{'' if n == 1 else 's'}"
 
@@ -149,8 +143,8 @@ def _add(args: argparse.Namespace) -> int:
     bindings = _bindings(args, pattern)
     if not bindings:
         raise CliError("give at least one --allow-principal or --deny-principal")
-    with cluster_metadata(args) as meta:
-        added = AclStore(meta.zk, meta.layout).add(bindings)
+    with admin(args) as client:
+        added = client.create_acls(bindings)
     there = len(bindings) - len(added)
     print(
         f"added {_count(len(added))} to {pattern}"
@@ -164,9 +158,9 @@ def _remove(args: argparse.Namespace) -> int:
     bindings = _bindings(args, pattern)
     if not bindings and not args.force:
         raise CliError(f"give the principals whose ACLs to remove, or --force to remove every ACL of {pattern}")
-    with cluster_metadata(args) as meta:
-        store = AclStore(meta.zk, meta.layout)
-        removed = store.remove(bindings) if bindings else store.remove_all(pattern)
+    filters = [AclFilter.of(b) for b in bindings] if bindings else [AclFilter.of_pattern(pattern)]
+    with admin(args) as client:
+        removed = client.delete_acls(filters)
     missing = len(bindings) - len(removed)
     print(
         f"removed {_count(len(removed))} from {pattern}"
@@ -178,22 +172,15 @@ def _remove(args: argparse.Namespace) -> int:
 def _list(args: argparse.Namespace) -> int:
     resource = _resource(args)
     principal = parse_principal(args.principal) if args.principal is not None else None
-    kind = (args.resource_pattern_type or ("literal" if resource else ANY)).lower()
-    pattern_type = None if kind in (ANY, MATCH) else _list_pattern_type(kind)
-    if kind == MATCH and resource is None:
+    pattern_type, match = filter_pattern_type(args.resource_pattern_type or ("literal" if resource else ANY))
+    if match and resource is None:
         raise CliError(
             f"--resource-pattern-type {MATCH} needs a resource (--topic, --group, --transactional-id or --cluster)"
         )
-    if resource is not None and pattern_type is not None:
-        ResourcePattern(*resource, pattern_type)  # a bad name is the one error to show, before connecting
-    with cluster_metadata(args) as meta:
-        store = AclStore(meta.zk, meta.layout)
-        if kind == MATCH:
-            assert resource is not None
-            found = [b for b in store.list_acls(resource[0], principal=principal) if b.pattern.matches(*resource)]
-        else:
-            rt, name = resource if resource is not None else (None, None)
-            found = store.list_acls(rt, name, pattern_type, principal)
+    rt, name = resource if resource is not None else (None, None)
+    found_filter = AclFilter(rt, name, pattern_type, match, principal)  # a bad name is the error, before connecting
+    with admin(args) as client:
+        found = client.describe_acls(found_filter)
     print_table(
         LIST_HEADERS,
         (

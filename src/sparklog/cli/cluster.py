@@ -255,9 +255,11 @@ def run_up(args: argparse.Namespace) -> int:
             if secured is not None:
                 print(
                     f"sparklog is up (TLS, SCRAM, ACLs): {len(cluster.brokers)} broker(s); clients use "
-                    f"--command-config {secured} (user 'admin', a super user; add users with `sparklog users add` "
-                    f"and ACLs with `sparklog acls add`, with SPARKLOG_ZOOKEEPER_DIGEST from "
-                    f"{data_dir / 'security' / 'secrets.properties'} as sparklog:<zookeeper>); Ctrl-C stops it",
+                    f"--command-config {secured} (user 'admin', a super user), and so does administration, "
+                    f"through the brokers: `sparklog users add alice --command-config {secured}`, "
+                    f"`sparklog acls add --allow-principal User:alice --operation Read --topic T "
+                    f"--command-config {secured}` (also quotas and partitions reassign; no ZooKeeper access "
+                    "needed); Ctrl-C stops it",
                     flush=True,
                 )
             else:

@@ -33,8 +33,9 @@ def add_zookeeper_option(parser: argparse.ArgumentParser) -> None:
 
 
 def add_cluster_options(parser: argparse.ArgumentParser) -> None:
-    """``--zookeeper`` and ``--bootstrap-server`` on a client command: given bootstrap servers (or
-    env ``SPARKLOG_BOOTSTRAP_SERVERS``) the command talks to brokers only and needs no ZooKeeper."""
+    """``--zookeeper``, ``--bootstrap-server`` and ``--command-config`` on a client or admin command:
+    given bootstrap servers (or env ``SPARKLOG_BOOTSTRAP_SERVERS``, or ``bootstrap.servers`` in the
+    command config) the command talks to brokers only and needs no ZooKeeper (nor its digest)."""
     add_zookeeper_option(parser)
     parser.add_argument(
         "--bootstrap-server",
@@ -156,14 +157,6 @@ def cluster_client(args: argparse.Namespace) -> Any:
         check_zookeeper(args.zookeeper)
     address = resolve(args.zookeeper, servers, client_config(args))
     return ClusterClient.connect(address, retry_timeout_s=CLI_RETRY_TIMEOUT_S)
-
-
-def cluster_metadata(args: argparse.Namespace) -> Any:
-    """A :class:`ClusterMetadata` (ZooKeeper only, no brokers) for ``--zookeeper``; ``with`` connects it."""
-    from sparklog.coordination.cluster import ClusterMetadata
-
-    check_zookeeper(args.zookeeper)
-    return ClusterMetadata(args.zookeeper)
 
 
 def format_table(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:

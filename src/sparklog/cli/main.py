@@ -4,8 +4,9 @@ The commands live in ``sparklog.cli.<module>``: ``cluster`` (up, zookeeper, brok
 ``produce``, ``consume``, ``groups``, ``acls``, ``users``, ``quotas``, ``log`` (verify a data dir); ``bench``
 is here. Every command
 takes ``--zookeeper`` (before or after the command name; env ``SPARKLOG_ZOOKEEPER``, default ``127.0.0.1:2181``);
-every client command (topics, produce, consume, groups, partitions, schemas) also takes
-``--bootstrap-server HOST:PORT[,...]`` (env ``SPARKLOG_BOOTSTRAP_SERVERS``), and then needs no ZooKeeper.
+every client and admin command (topics, produce, consume, groups, partitions, schemas, acls, users,
+quotas) also takes ``--bootstrap-server HOST:PORT[,...]`` (env ``SPARKLOG_BOOTSTRAP_SERVERS``) and
+``--command-config FILE``, and then needs no ZooKeeper.
 """
 
 from __future__ import annotations
@@ -77,7 +78,7 @@ def build_parser() -> argparse.ArgumentParser:
         dest="bootstrap_server",
         default=argparse.SUPPRESS,
         metavar="HOST:PORT[,...]",
-        help=f"brokers to bootstrap from: client commands then need no ZooKeeper (env {BOOTSTRAP_ENV})",
+        help=f"brokers to bootstrap from: client and admin commands then need no ZooKeeper (env {BOOTSTRAP_ENV})",
     )
     add_command_config_option(parser)
     parser.add_argument(

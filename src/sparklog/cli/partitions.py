@@ -14,7 +14,9 @@ def add_partitions(sub: argparse._SubParsersAction) -> None:
         "reassign",
         help="move partitions of a topic onto the given brokers while clients keep running",
         description="The controller adds the new replicas, waits until they are in sync, then drops the "
-        "old ones (leadership moves to a new replica if needed). Prints the resulting assignment.",
+        "old ones (leadership moves to a new replica if needed). Prints the resulting assignment. Through "
+        "brokers (--bootstrap-server, --command-config) it needs Alter on the cluster (Kafka's "
+        "AlterPartitionReassignments).",
     )
     p.add_argument("topic", metavar="TOPIC")
     p.add_argument("--replicas", required=True, metavar="IDS", help="comma-separated broker ids, e.g. 2,3,4")

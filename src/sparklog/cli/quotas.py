@@ -1,15 +1,17 @@
 """``sparklog quotas set|remove|list``: client quotas of users (Kafka's ``producer_byte_rate``,
-``consumer_byte_rate`` and ``request_rate``), kept in ZooKeeper and enforced by brokers with
-``authorizer.enabled=true`` (:mod:`sparklog.security.quotas`)."""
+``consumer_byte_rate`` and ``request_rate``), enforced by brokers with ``authorizer.enabled=true``
+(:mod:`sparklog.security.quotas`). With ``--bootstrap-server`` / ``--command-config`` through brokers
+(Kafka's AlterClientQuotas/DescribeClientQuotas: AlterConfigs, or for ``list`` DescribeConfigs, on
+the cluster; no ZooKeeper access needed), else in ZooKeeper directly."""
 
 from __future__ import annotations
 
 import argparse
 
-from sparklog.cli.common import CliError, add_zookeeper_option, cluster_metadata
+from sparklog.cli.common import CliError, add_cluster_options, admin
 from sparklog.coordination.zk_layout import DEFAULT_QUOTA_USER
 from sparklog.errors import InvalidRequest
-from sparklog.security.quotas import RATES, Quota, QuotaStore
+from sparklog.security.quotas import RATES, Quota
 
 
 def add_quotas(sub: argparse._SubParsersAction) -> None:
@@ -26,16 +28,16 @@ def add_quotas(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--producer-byte-rate", type=float, metavar="N", help="bytes per second a user may produce")
     p.add_argument("--consumer-byte-rate", type=float, metavar="N", help="bytes per second a user may fetch")
     p.add_argument("--request-rate", type=float, metavar="N", help="requests per second a user may make")
-    add_zookeeper_option(p)
+    add_cluster_options(p)
     p.set_defaults(handler=_set)
 
     p = qsub.add_parser("remove", help="remove a user's quota, or the default one")
     _add_user_options(p)
-    add_zookeeper_option(p)
+    add_cluster_options(p)
     p.set_defaults(handler=_remove)
 
     p = qsub.add_parser("list", help="list the quotas")
-    add_zookeeper_option(p)
+    add_cluster_options(p)
     p.set_defaults(handler=_list)
 
 
@@ -61,16 +63,16 @@ def _set(args: argparse.Namespace) -> int:
         raise CliError(str(exc)) from None
     if quota.empty:
         raise CliError("give at least one of --producer-byte-rate, --consumer-byte-rate, --request-rate")
-    with cluster_metadata(args) as meta:
-        QuotaStore(meta.zk, meta.layout).set(user, quota)
+    with admin(args) as client:
+        client.set_client_quota(user, quota)
     print(f"set {_shown(user)}: {_rates(quota)}")
     return 0
 
 
 def _remove(args: argparse.Namespace) -> int:
     user = _user(args)
-    with cluster_metadata(args) as meta:
-        if not QuotaStore(meta.zk, meta.layout).remove(user):
+    with admin(args) as client:
+        if not client.remove_client_quota(user):
             raise CliError(f"there is no {_shown(user)[4:]}")
     print(f"removed {_shown(user)}")
     return 0
@@ -85,7 +87,8 @@ def _number(value: float) -> str:
 
 
 def _list(args: argparse.Namespace) -> int:
-    with cluster_metadata(args) as meta:
-        for user, quota in QuotaStore(meta.zk, meta.layout).quotas().items():
-            print(f"{user} {_rates(quota)}")
+    with admin(args) as client:
+        quotas = client.describe_client_quotas()
+    for user, quota in quotas.items():
+        print(f"{user} {_rates(quota)}")
     return 0

@@ -1,5 +1,7 @@
-"""``sparklog users add|remove|list``: SCRAM-SHA-256 users, kept in ZooKeeper as salted credentials
-(never the password)."""
+"""``sparklog users add|remove|list``: SCRAM-SHA-256 users, kept as salted credentials (never the
+password). With ``--bootstrap-server`` / ``--command-config`` through brokers (Kafka's
+AlterUserScramCredentials: the salted password is computed here, the password never leaves this
+process; no ZooKeeper access needed), else in ZooKeeper directly (``--zookeeper``)."""
 
 from __future__ import annotations
 
@@ -7,8 +9,8 @@ import argparse
 import os
 import sys
 
-from sparklog.cli.common import CliError, add_zookeeper_option, cluster_metadata, read_text_file
-from sparklog.security.credential_store import MIN_ITERATIONS, CredentialStore
+from sparklog.cli.common import CliError, add_cluster_options, admin, read_text_file
+from sparklog.security.credential_store import MAX_ITERATIONS, MIN_ITERATIONS
 from sparklog.security.scram import DEFAULT_ITERATIONS
 
 PASSWORD_ENV = "SPARKLOG_USER_PASSWORD"
@@ -23,7 +25,8 @@ def add_users(sub: argparse._SubParsersAction) -> None:
         help="add a user, or set a user's password",
         description="Stores a salted, iterated SCRAM-SHA-256 credential derived from the password (the "
         f"password itself is not kept). The password comes from --password, --password-file, env {PASSWORD_ENV}, "
-        "or one line on stdin.",
+        "or one line on stdin. Through brokers (--bootstrap-server, --command-config) the salted password is "
+        "computed here and only it is sent; that needs Alter on the cluster.",
     )
     p.add_argument("name", help="user name (letters, digits, '.', '_', '-')")
     p.add_argument("--password", help="the password (visible to other users of this host: prefer --password-file)")
@@ -32,18 +35,18 @@ def add_users(sub: argparse._SubParsersAction) -> None:
         "--iterations",
         type=int,
         default=DEFAULT_ITERATIONS,
-        help=f"SCRAM iterations (default {DEFAULT_ITERATIONS}, at least {MIN_ITERATIONS})",
+        help=f"SCRAM iterations (default {DEFAULT_ITERATIONS}, from {MIN_ITERATIONS} to {MAX_ITERATIONS})",
     )
-    add_zookeeper_option(p)
+    add_cluster_options(p)
     p.set_defaults(handler=_add)
 
     p = usub.add_parser("remove", help="remove a user (its sessions end at once)")
     p.add_argument("name")
-    add_zookeeper_option(p)
+    add_cluster_options(p)
     p.set_defaults(handler=_remove)
 
     p = usub.add_parser("list", help="list the users")
-    add_zookeeper_option(p)
+    add_cluster_options(p)
     p.set_defaults(handler=_list)
 
 
@@ -66,22 +69,22 @@ def _password(args: argparse.Namespace) -> str:
 
 def _add(args: argparse.Namespace) -> int:
     password = _password(args)
-    with cluster_metadata(args) as meta:
-        new = CredentialStore(meta.zk, meta.layout).upsert(args.name, password, args.iterations)
+    with admin(args) as client:
+        new = client.upsert_scram_credential(args.name, password, args.iterations)
     print(f"{'added user' if new else 'changed the password of user'} {args.name!r}")
     return 0
 
 
 def _remove(args: argparse.Namespace) -> int:
-    with cluster_metadata(args) as meta:
-        if not CredentialStore(meta.zk, meta.layout).remove(args.name):
+    with admin(args) as client:
+        if not client.delete_scram_credential(args.name):
             raise CliError(f"there is no user {args.name!r}")
     print(f"removed user {args.name!r}")
     return 0
 
 
 def _list(args: argparse.Namespace) -> int:
-    with cluster_metadata(args) as meta:
-        for name in CredentialStore(meta.zk, meta.layout).users():
+    with admin(args) as client:
+        for name in client.describe_scram_credentials():
             print(name)
     return 0

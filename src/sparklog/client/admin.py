@@ -1,7 +1,9 @@
-"""The Admin client: topics and consumer groups (what the CLI's ``topics`` and ``groups`` use).
+"""The Admin client: topics, consumer groups, users, ACLs, client quotas and partition reassignment
+(what the CLI's ``topics``, ``groups``, ``users``, ``acls``, ``quotas`` and ``partitions`` use).
 
-Given ``bootstrap_servers`` every call goes through brokers (no ZooKeeper session); only moving
-partitions (:meth:`Admin.reassign_partitions`) still needs ZooKeeper (``zookeeper=``)."""
+Given ``bootstrap_servers`` every call goes through brokers (no ZooKeeper session, no ZooKeeper
+digest: Kafka's Admin APIs, authorized by the broker's ACLs); given a ZooKeeper connect string it
+reads and writes ZooKeeper itself, as before (:mod:`sparklog.client.cluster_admin`)."""
 
 from __future__ import annotations
 
@@ -9,15 +11,22 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
+from sparklog.client.broker_view import BrokerView
 from sparklog.client.cluster_address import resolve
+from sparklog.client.cluster_admin import BrokerAdmin, ClusterAdmin, ZooKeeperAdmin
 from sparklog.client.cluster_client import DEFAULT_ZOOKEEPER, ClusterClient
 from sparklog.coordination.cluster import ClusterMetadata, TopicMetadata
 from sparklog.errors import GroupNotEmpty, InvalidRequest, UnknownGroup, UnknownTopic
 from sparklog.schemas.value_schema import ValueSchema
+from sparklog.security.acls import AclBinding, AclFilter
+from sparklog.security.credential_store import check_iterations
+from sparklog.security.quotas import Quota
+from sparklog.security.scram import DEFAULT_ITERATIONS, new_salt, salted_password
 
 
 class Admin:
-    """Creates, describes, alters and deletes topics; describes and resets consumer groups."""
+    """Creates, describes, alters and deletes topics; describes and resets consumer groups;
+    administers users, ACLs, client quotas and moves partitions."""
 
     def __init__(
         self,
@@ -29,11 +38,21 @@ class Admin:
         address = resolve(zookeeper, bootstrap_servers, config)
         self._client = ClusterClient.connect(address, retries=3, retry_timeout_s=5.0)
         self.view = self._client.view
+        self._admin: ClusterAdmin | None = None
 
     @property
     def cluster(self) -> ClusterMetadata:
         """ZooKeeper itself (InvalidRequest for an admin given bootstrap servers)."""
         return self._client.cluster
+
+    @property
+    def administration(self) -> ClusterAdmin:
+        """Users, ACLs, quotas and reassignments: through brokers (given bootstrap servers) or
+        ZooKeeper."""
+        if self._admin is None:
+            view = self.view
+            self._admin = BrokerAdmin(view) if isinstance(view, BrokerView) else ZooKeeperAdmin(self.cluster)
+        return self._admin
 
     def topic(self, name: str) -> TopicMetadata:
         """A topic's partitions, replicas and configs (UnknownTopic if there is none)."""
@@ -115,14 +134,70 @@ class Admin:
     ) -> dict[int, list[int]]:
         """Move partitions onto new replicas while producers and consumers keep running; with
         ``wait``, return once the controller has finished (the new replicas are in sync and the old
-        ones gone). Returns the topic's replica assignment."""
-        self.cluster.request_reassignment(topic, targets)
+        ones gone). Returns the topic's replica assignment. Through brokers this needs Alter on the
+        cluster (Kafka's AlterPartitionReassignments; waiting, Describe on it too)."""
+        admin = self.administration
+        admin.request_reassignment(topic, targets)
         deadline = time.monotonic() + timeout_s
-        while wait and self.cluster.pending_reassignment(topic) is not None:
+        while wait and admin.pending_reassignment(topic) is not None:
             if time.monotonic() > deadline:
                 raise TimeoutError(f"the reassignment of {topic!r} did not finish in {timeout_s:.0f} s")
             time.sleep(0.2)
-        return dict(enumerate(self.cluster.topic(topic).replicas))
+        return dict(enumerate(self.view.topic(topic, refresh=True).replicas))
+
+    # ----------------------------------------------------------------- users (SCRAM credentials)
+    def upsert_scram_credential(self, user: str, password: str, iterations: int = DEFAULT_ITERATIONS) -> bool:
+        """Set ``user``'s SCRAM-SHA-256 password (adds the user if new; True then). The salted
+        password is computed here, with a new random salt, and only it is sent (Kafka's
+        AlterUserScramCredentials): the password never leaves this process. Sessions made with
+        the user's previous credential end. Through brokers: Alter on the cluster."""
+        check_iterations(iterations)
+        salt = new_salt()
+        return self.administration.upsert_scram_credential(
+            user, salt, salted_password(password, salt, iterations), iterations
+        )
+
+    def delete_scram_credential(self, user: str) -> bool:
+        """Remove ``user`` (its sessions end at once); whether there was one. Through brokers:
+        Alter on the cluster."""
+        return self.administration.delete_scram_credential(user)
+
+    def describe_scram_credentials(self, users: list[str] | None = None) -> dict[str, int]:
+        """Each user's SCRAM-SHA-256 iteration count, by name (every user, or those of ``users``
+        that exist; never a salt or key). Through brokers: Describe on the cluster."""
+        return self.administration.scram_iterations(users)
+
+    # ----------------------------------------------------------------- ACLs
+    def describe_acls(self, acl_filter: AclFilter | None = None) -> list[AclBinding]:
+        """The ACLs ``acl_filter`` matches (every ACL without one), sorted. Through brokers:
+        Describe on the cluster."""
+        return self.administration.describe_acls(acl_filter or AclFilter())
+
+    def create_acls(self, bindings: list[AclBinding]) -> list[AclBinding]:
+        """Store ``bindings``; returns those that were not there yet. Through brokers: Alter on
+        the cluster."""
+        return self.administration.create_acls(list(dict.fromkeys(bindings)))
+
+    def delete_acls(self, filters: list[AclFilter]) -> list[AclBinding]:
+        """Remove every ACL a filter matches (each filter names its resource pattern:
+        :meth:`AclFilter.of` one binding, :meth:`AclFilter.of_pattern` all of a pattern's);
+        returns those removed. Through brokers: Alter on the cluster."""
+        return self.administration.delete_acls(list(filters))
+
+    # ----------------------------------------------------------------- client quotas
+    def describe_client_quotas(self) -> dict[str, Quota]:
+        """Every user's quota by name (``<default>``: every user without its own). Through brokers:
+        DescribeConfigs on the cluster."""
+        return self.administration.client_quotas()
+
+    def set_client_quota(self, user: str, quota: Quota) -> None:
+        """Replace ``user``'s (or ``<default>``'s) quota (an empty one removes it). Through
+        brokers: AlterConfigs on the cluster."""
+        self.administration.set_client_quota(user, quota)
+
+    def remove_client_quota(self, user: str) -> bool:
+        """Remove ``user``'s (or ``<default>``'s) quota; whether there was one."""
+        return self.administration.remove_client_quota(user)
 
     def list_groups(self) -> list[str]:
         return self.view.groups()

@@ -83,7 +83,8 @@ class ClusterClient:
 
     @property
     def cluster(self) -> ClusterMetadata:
-        """The ZooKeeper metadata of a client that uses ZooKeeper (admin tools: reassignments)."""
+        """The ZooKeeper metadata of a client that uses ZooKeeper (an Admin's users, ACLs, quotas and
+        reassignments: :class:`~sparklog.client.cluster_admin.ZooKeeperAdmin`)."""
         if not isinstance(self.view, ZooKeeperView):
             raise InvalidRequest(
                 "this needs ZooKeeper (--zookeeper): a client given bootstrap.servers talks to brokers only"

@@ -66,6 +66,24 @@
   partitions' locks may be gone after a third of it, as the broker may not have noticed its
   session's end yet) or half its own session timeout, whichever comes first
   (:mod:`sparklog.client.group_membership`). An unknown member id is ``UNKNOWN_MEMBER_ID``.
+- **Administration** (Kafka's Admin APIs, through any broker, so an administrator needs neither
+  ZooKeeper nor its digest: :mod:`sparklog.broker.admin_requests`; bytes are base64):
+  ``describe_user_scram_credentials`` ``{"users": [names] | null (all)}`` -> ``{"users": [{"name",
+  "credentials": [{"mechanism", "iterations"}]}]}`` (existing users only);
+  ``alter_user_scram_credentials`` ``{"upsertions": [{"name", "mechanism", "iterations", "salt",
+  "salted_password"}], "deletions": [{"name", "mechanism"}]}`` -> ``{"upserted": [{"name",
+  "created"}], "deleted": [{"name", "removed"}]}`` (the client computes the salted password, the
+  password never leaves it); ``describe_acls`` ``{"filter": ACL filter}`` -> ``{"acls": [ACL]}``,
+  ``create_acls`` ``{"acls": [ACL]}`` -> ``{"created": [ACL]}`` (those not there yet),
+  ``delete_acls`` ``{"filters": [ACL filter]}`` -> ``{"deleted": [ACL]}`` (an ACL: ``{"resource_type",
+  "name", "pattern_type", "principal", "host", "operation", "permission"}``; a filter: the same
+  keys, null or absent = any, ``pattern_type`` also ``any`` or ``match``: ``AclFilter``);
+  ``describe_client_quotas`` ``{}`` -> ``{"quotas": {user: {rate: value}}}`` (``<default>``
+  included), ``alter_client_quotas`` ``{"entries": [{"user", "quota": {rate: value} | null
+  (remove)}]}`` -> ``{"results": [{"user", "removed"?}]}``; ``alter_partition_reassignments``
+  ``{"topic", "partitions": {"<p>": [broker ids]}}`` -> ``{}`` and ``list_partition_reassignments``
+  ``{"topic"}`` -> ``{"partitions": {"<p>": [broker ids]} | null}`` (the controller moves them).
+  Every request is checked whole before anything is written.
 - **Security**: a listener may use TLS (``grpc+tls``) and SASL; a SASL client authenticates with
   Flight's ``Handshake`` call first (SCRAM-SHA-256 or PLAIN: :mod:`sparklog.security.scram`) and
   sends the session token it got with every later call.
@@ -106,6 +124,27 @@ SINK_STATE = "sink_state"
 JOIN_GROUP = "join_group"
 GROUP_HEARTBEAT = "group_heartbeat"
 LEAVE_GROUP = "leave_group"
+# administration through brokers (Kafka's Admin APIs; :mod:`sparklog.broker.admin_requests`)
+DESCRIBE_USER_SCRAM_CREDENTIALS = "describe_user_scram_credentials"
+ALTER_USER_SCRAM_CREDENTIALS = "alter_user_scram_credentials"
+DESCRIBE_ACLS = "describe_acls"
+CREATE_ACLS = "create_acls"
+DELETE_ACLS = "delete_acls"
+DESCRIBE_CLIENT_QUOTAS = "describe_client_quotas"
+ALTER_CLIENT_QUOTAS = "alter_client_quotas"
+ALTER_PARTITION_REASSIGNMENTS = "alter_partition_reassignments"
+LIST_PARTITION_REASSIGNMENTS = "list_partition_reassignments"
+ADMIN_ACTIONS = (
+    DESCRIBE_USER_SCRAM_CREDENTIALS,
+    ALTER_USER_SCRAM_CREDENTIALS,
+    DESCRIBE_ACLS,
+    CREATE_ACLS,
+    DELETE_ACLS,
+    DESCRIBE_CLIENT_QUOTAS,
+    ALTER_CLIENT_QUOTAS,
+    ALTER_PARTITION_REASSIGNMENTS,
+    LIST_PARTITION_REASSIGNMENTS,
+)
 CLUSTER_ACTIONS = (
     METADATA,
     OFFSET_COMMIT,
@@ -120,6 +159,7 @@ CLUSTER_ACTIONS = (
     JOIN_GROUP,
     GROUP_HEARTBEAT,
     LEAVE_GROUP,
+    *ADMIN_ACTIONS,
 )
 
 

@@ -1,5 +1,7 @@
-"""ACLs in ZooKeeper (:class:`AclStore`: add, remove, list), and the copy of them a broker keeps in
-memory (:class:`AclCache`, kept current by watches).
+"""ACLs in ZooKeeper (:class:`AclStore`: add, delete and describe by filter, as Kafka's
+CreateAcls/DeleteAcls/DescribeAcls; the one implementation behind ``sparklog acls`` through
+ZooKeeper and a broker's ACL actions alike), and the copy of them a broker keeps in memory
+(:class:`AclCache`, kept current by watches).
 
 Layout (:mod:`sparklog.coordination.zk_layout`): one znode per resource pattern,
 ``<root>/security/acls/<literal|prefixed>/<Topic|Group|Cluster|TransactionalId>/<name>``, holding
@@ -27,7 +29,7 @@ from kazoo.retry import ForceRetryError, KazooRetry, RetryFailedError
 
 from sparklog.coordination.zk_layout import ZkLayout
 from sparklog.errors import CoordinatorNotAvailable, InvalidRequest
-from sparklog.security.acls import AclBinding, AclIndex, PatternType, ResourcePattern, ResourceType
+from sparklog.security.acls import AclBinding, AclFilter, AclIndex, PatternType, ResourcePattern, ResourceType
 
 log = logging.getLogger(__name__)
 
@@ -88,22 +90,46 @@ class AclStore:
             new = [b for b in dict.fromkeys(wanted[pattern]) if b not in there]
             return current + new, new
 
-        return self._change(wanted, edit)
+        return self._change(list(wanted), edit)
 
     def remove(self, bindings: Iterable[AclBinding]) -> list[AclBinding]:
         """Remove ``bindings``; the ones that were stored are returned (a pattern left without ACLs
         loses its znode)."""
-        wanted = _by_pattern(bindings)
-
-        def edit(pattern: ResourcePattern, current: list[AclBinding]) -> tuple[list[AclBinding], list[AclBinding]]:
-            gone = set(wanted[pattern])
-            return [b for b in current if b not in gone], [b for b in current if b in gone]
-
-        return self._change(wanted, edit)
+        return self.delete([AclFilter.of(binding) for binding in bindings])
 
     def remove_all(self, pattern: ResourcePattern) -> list[AclBinding]:
         """Remove every ACL of ``pattern``; they are returned."""
-        return self._change({pattern: []}, lambda _p, current: ([], current))
+        return self.delete([AclFilter.of_pattern(pattern)])
+
+    def delete(self, filters: Iterable[AclFilter]) -> list[AclBinding]:
+        """Remove every stored binding a filter matches (Kafka's DeleteAcls); they are returned.
+        Each filter names its resource pattern (type, name, literal or prefixed; the rest may be
+        any), so all of a call's patterns change in one conditional transaction, as :meth:`add`'s."""
+        wanted: dict[ResourcePattern, list[AclFilter]] = {}
+        for found in filters:
+            pattern = found.pattern
+            if pattern is None:
+                raise InvalidRequest(
+                    "deleting ACLs needs their resource pattern: a resource type, a name and literal or prefixed"
+                )
+            wanted.setdefault(pattern, []).append(found)
+
+        def edit(pattern: ResourcePattern, current: list[AclBinding]) -> tuple[list[AclBinding], list[AclBinding]]:
+            gone = [b for b in current if any(f.matches(b) for f in wanted[pattern])]
+            removed = set(gone)
+            return [b for b in current if b not in removed], gone
+
+        return self._change(list(wanted), edit)
+
+    def describe(self, acl_filter: AclFilter) -> list[AclBinding]:
+        """The stored bindings ``acl_filter`` matches, sorted (Kafka's DescribeAcls)."""
+        if acl_filter.match:
+            found = self.list_acls(acl_filter.resource_type, principal=acl_filter.principal)
+        else:
+            found = self.list_acls(
+                acl_filter.resource_type, acl_filter.name, acl_filter.pattern_type, acl_filter.principal
+            )
+        return [binding for binding in found if acl_filter.matches(binding)]
 
     def list_acls(
         self,
@@ -133,7 +159,7 @@ class AclStore:
             found = [b for b in found if b.principal == principal]
         return sorted(found, key=_sort_key)
 
-    def _change(self, wanted: dict[ResourcePattern, list[AclBinding]], edit: _Edit) -> list[AclBinding]:
+    def _change(self, wanted: list[ResourcePattern], edit: _Edit) -> list[AclBinding]:
         """Apply ``edit`` to the bindings of each pattern of ``wanted`` in one conditional
         transaction, retried while other writers get in between; the bindings it reports changed."""
         for pattern in wanted:
@@ -147,7 +173,7 @@ class AclStore:
                 "try again"
             ) from None
 
-    def _change_once(self, wanted: dict[ResourcePattern, list[AclBinding]], edit: _Edit) -> list[AclBinding]:
+    def _change_once(self, wanted: list[ResourcePattern], edit: _Edit) -> list[AclBinding]:
         tx = self.zk.transaction()
         changed: list[AclBinding] = []
         for pattern in wanted:

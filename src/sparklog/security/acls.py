@@ -9,7 +9,10 @@
   one :class:`Operation` on a pattern, from one host (an IP address, or ``*`` for any).
 - :func:`acls_allow` decides a request: a matching Deny wins over any Allow; without a matching
   Allow the request is refused. An Allow of Read, Write, Delete or Alter also allows Describe; All
-  stands for every operation (Kafka's implication rules; a Deny of Read does not deny Describe).
+  stands for every operation, an Allow of AlterConfigs also allows DescribeConfigs (Kafka's
+  implication rules; a Deny of Read does not deny Describe).
+- An :class:`AclFilter` selects bindings (Kafka's ``AclBindingFilter``): what describing and deleting
+  ACLs take, through ZooKeeper or a broker alike.
 - :class:`AclIndex` holds bindings grouped by pattern, so the ones that could match a resource are
   found with a few dict lookups (the ones of the name, of ``*``, and one per prefix length in use).
 
@@ -66,6 +69,8 @@ class Operation(_AclEnum):
     ALTER = "Alter"
     DESCRIBE = "Describe"
     CLUSTER_ACTION = "ClusterAction"
+    DESCRIBE_CONFIGS = "DescribeConfigs"  # on the cluster: describe client quotas (Kafka's)
+    ALTER_CONFIGS = "AlterConfigs"  # on the cluster: alter client quotas (Kafka's)
     ALL = "All"
 
     @classmethod
@@ -73,9 +78,14 @@ class Operation(_AclEnum):
         return "operation"
 
     def grants(self, requested: Operation) -> bool:
-        """Whether an Allow of this operation allows ``requested``: itself, everything for All, and
-        Describe for Read, Write, Delete and Alter."""
-        return self is requested or self is Operation.ALL or (requested is Operation.DESCRIBE and self in _DESCRIBERS)
+        """Whether an Allow of this operation allows ``requested``: itself, everything for All,
+        Describe for Read, Write, Delete and Alter, and DescribeConfigs for AlterConfigs."""
+        return (
+            self is requested
+            or self is Operation.ALL
+            or (requested is Operation.DESCRIBE and self in _DESCRIBERS)
+            or (requested is Operation.DESCRIBE_CONFIGS and self is Operation.ALTER_CONFIGS)
+        )
 
     def denies(self, requested: Operation) -> bool:
         """Whether a Deny of this operation denies ``requested``: itself, and everything for All."""
@@ -122,6 +132,8 @@ _OPERATIONS = {
         Operation.ALTER,
         Operation.DESCRIBE,
         Operation.CLUSTER_ACTION,
+        Operation.DESCRIBE_CONFIGS,
+        Operation.ALTER_CONFIGS,
         Operation.ALL,
     ),
     ResourceType.TRANSACTIONAL_ID: (Operation.WRITE, Operation.DESCRIBE, Operation.ALL),
@@ -282,6 +294,27 @@ class AclBinding:
         except KeyError as exc:
             raise InvalidRequest(f"ACL entry {dict(entry)!r:.120} has no {exc.args[0]!r}") from None
 
+    def to_json(self) -> dict[str, str]:
+        """The binding as the ACL actions carry it (pattern and entry)."""
+        pattern = self.pattern
+        return {
+            "resource_type": pattern.resource_type.value,
+            "name": pattern.name,
+            "pattern_type": pattern.pattern_type.value,
+            **self.to_entry(),
+        }
+
+    @classmethod
+    def from_json(cls, raw: object) -> AclBinding:
+        """A binding as :meth:`to_json` writes it, every part checked (:class:`InvalidRequest`)."""
+        if not isinstance(raw, Mapping):
+            raise InvalidRequest(f"an ACL must be a JSON object, got {raw!r:.80}")
+        name = raw.get("name")
+        if not isinstance(name, str):
+            raise InvalidRequest(f"an ACL's resource 'name' must be a string, got {name!r:.80}")
+        pattern = ResourcePattern.parse(raw.get("resource_type"), name, raw.get("pattern_type"))  # type: ignore[arg-type]
+        return cls.from_entry(pattern, raw)
+
     def applies_to(self, principal: str, host: str) -> bool:
         """Whether this binding is about ``principal`` calling from ``host``."""
         return (self.principal == principal or self.principal == WILDCARD_PRINCIPAL) and (
@@ -290,6 +323,139 @@ class AclBinding:
 
     def __str__(self) -> str:
         return f"{self.permission} {self.principal} {self.operation} on {self.pattern} from host {self.host}"
+
+
+ANY_PATTERN = "any"  # a filter's pattern type: literal and prefixed patterns alike
+MATCH = "match"  # a filter's pattern type: every pattern that covers the named resource
+_FILTER_FIELDS = ("resource_type", "name", "pattern_type", "principal", "host", "operation", "permission")
+
+
+def filter_pattern_type(text: object) -> tuple[PatternType | None, bool]:
+    """A filter's resource pattern type: ``literal`` or ``prefixed`` (that type), ``any`` or None
+    (None: both), ``match`` (None, and True: every pattern covering the resource)."""
+    if text is None or (isinstance(text, str) and text.lower() == ANY_PATTERN):
+        return None, False
+    if isinstance(text, str) and text.lower() == MATCH:
+        return None, True
+    try:
+        return PatternType.parse(text), False
+    except InvalidRequest:
+        raise InvalidRequest(
+            f"unknown resource pattern type {text!r:.80}; use one of literal, prefixed, {ANY_PATTERN}, {MATCH}"
+        ) from None
+
+
+@dataclasses.dataclass(frozen=True)
+class AclFilter:
+    """Which ACLs a describe or a delete is about (Kafka's ``AclBindingFilter``): each field given
+    must be equal, None matches anything. ``match``: every binding whose pattern covers the
+    resource ``name`` of ``resource_type`` (its literal name, ``*``, the prefixes it starts with;
+    kafka-acls' ``--resource-pattern-type match``), so both must be given and ``pattern_type``
+    not. ``name`` is compared as stored otherwise (``*``, a prefix or a name)."""
+
+    resource_type: ResourceType | None = None
+    name: str | None = None
+    pattern_type: PatternType | None = None
+    match: bool = False
+    principal: str | None = None
+    host: str | None = None
+    operation: Operation | None = None
+    permission: Permission | None = None
+
+    def __post_init__(self) -> None:
+        if self.name is not None and not isinstance(self.name, str):
+            raise InvalidRequest(f"an ACL filter's resource name must be a string, got {self.name!r:.80}")
+        if self.match:
+            if self.resource_type is None or self.name is None or self.pattern_type is not None:
+                raise InvalidRequest(
+                    f"resource pattern type {MATCH} needs a resource (its type and name) and no other pattern type"
+                )
+            ResourcePattern(self.resource_type, self.name)  # a name no resource can have is the error
+        elif self.resource_type is not None and self.name is not None and self.pattern_type is not None:
+            ResourcePattern(self.resource_type, self.name, self.pattern_type)
+
+    @classmethod
+    def of(cls, binding: AclBinding) -> AclFilter:
+        """The filter that matches ``binding`` alone."""
+        pattern = binding.pattern
+        return cls(
+            pattern.resource_type,
+            pattern.name,
+            pattern.pattern_type,
+            principal=binding.principal,
+            host=binding.host,
+            operation=binding.operation,
+            permission=binding.permission,
+        )
+
+    @classmethod
+    def of_pattern(cls, pattern: ResourcePattern) -> AclFilter:
+        """The filter that matches every binding of ``pattern``."""
+        return cls(pattern.resource_type, pattern.name, pattern.pattern_type)
+
+    @property
+    def pattern(self) -> ResourcePattern | None:
+        """The one resource pattern the filter names, if it names one (type, name, literal or prefixed)."""
+        if self.match or self.resource_type is None or self.name is None or self.pattern_type is None:
+            return None
+        return ResourcePattern(self.resource_type, self.name, self.pattern_type)
+
+    def matches(self, binding: AclBinding) -> bool:
+        pattern = binding.pattern
+        if self.match:
+            assert self.resource_type is not None and self.name is not None
+            if not pattern.matches(self.resource_type, self.name):
+                return False
+        elif (
+            (self.resource_type is not None and pattern.resource_type is not self.resource_type)
+            or (self.name is not None and pattern.name != self.name)
+            or (self.pattern_type is not None and pattern.pattern_type is not self.pattern_type)
+        ):
+            return False
+        return (
+            (self.principal is None or binding.principal == self.principal)
+            and (self.host is None or binding.host == self.host)
+            and (self.operation is None or binding.operation is self.operation)
+            and (self.permission is None or binding.permission is self.permission)
+        )
+
+    def to_json(self) -> dict[str, str | None]:
+        """The filter as the ACL actions carry it (null: any)."""
+        pattern_type = MATCH if self.match else (self.pattern_type.value if self.pattern_type else None)
+        return {
+            "resource_type": self.resource_type.value if self.resource_type else None,
+            "name": self.name,
+            "pattern_type": pattern_type,
+            "principal": self.principal,
+            "host": self.host,
+            "operation": self.operation.value if self.operation else None,
+            "permission": self.permission.value if self.permission else None,
+        }
+
+    @classmethod
+    def from_json(cls, raw: object) -> AclFilter:
+        """A filter as :meth:`to_json` writes it (a missing field or null: any), every part checked
+        and normalized (:class:`InvalidRequest`)."""
+        if not isinstance(raw, Mapping):
+            raise InvalidRequest(f"an ACL filter must be a JSON object, got {raw!r:.80}")
+        unknown = sorted(str(key) for key in raw if key not in _FILTER_FIELDS)
+        if unknown:
+            raise InvalidRequest(
+                f"unknown ACL filter field(s) {', '.join(unknown)[:200]}; known: {', '.join(_FILTER_FIELDS)}"
+            )
+        get = raw.get
+        pattern_type, match = filter_pattern_type(get("pattern_type"))
+        optional = lambda value, parse: None if value is None else parse(value)  # noqa: E731
+        return cls(
+            optional(get("resource_type"), ResourceType.parse),
+            get("name"),
+            pattern_type,
+            match,
+            optional(get("principal"), parse_principal),
+            optional(get("host"), parse_host),
+            optional(get("operation"), Operation.parse),
+            optional(get("permission"), Permission.parse),
+        )
 
 
 def acls_allow(

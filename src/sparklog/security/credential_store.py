@@ -19,11 +19,62 @@ from kazoo.recipe.watchers import ChildrenWatch, DataWatch
 
 from sparklog.coordination.zk_layout import ZkLayout
 from sparklog.coordination.zookeeper_acls import private_acl
-from sparklog.errors import InvalidRequest
+from sparklog.errors import InvalidUserName, UnacceptableCredential
 from sparklog.names import check_user_name
-from sparklog.security.scram import DEFAULT_ITERATIONS, ScramCredential
+from sparklog.security.scram import (
+    DEFAULT_ITERATIONS,
+    SCRAM_SHA_256,
+    ScramCredential,
+    new_salt,
+    salted_password,
+)
 
 MIN_ITERATIONS = 4096  # Kafka's minimum for SCRAM-SHA-256
+MAX_ITERATIONS = 16384  # Kafka's maximum (each PLAIN login computes that many rounds on the broker)
+MIN_SALT_BYTES = 12  # scramp's smallest salt (a shorter one could never log in)
+MAX_SALT_BYTES = 1024
+SALTED_PASSWORD_BYTES = 32  # SHA-256's output
+MECHANISMS = (SCRAM_SHA_256,)
+
+
+def check_iterations(iterations: object) -> int:
+    if isinstance(iterations, bool) or not isinstance(iterations, int):
+        raise UnacceptableCredential(f"iterations must be an integer, got {iterations!r:.80}")
+    if not MIN_ITERATIONS <= iterations <= MAX_ITERATIONS:
+        raise UnacceptableCredential(
+            f"iterations must be from {MIN_ITERATIONS} to {MAX_ITERATIONS} (Kafka's bounds), got {iterations}"
+        )
+    return iterations
+
+
+def check_mechanism(mechanism: object) -> str:
+    if mechanism not in MECHANISMS:
+        raise UnacceptableCredential(
+            f"unknown SCRAM mechanism {mechanism!r:.80}; users' credentials are {', '.join(MECHANISMS)}"
+        )
+    return str(mechanism)
+
+
+def credential(salt: bytes, salted: bytes, iterations: int) -> ScramCredential:
+    """The credential to store for a salted password (:func:`~sparklog.security.scram.salted_password`),
+    checked first: :class:`UnacceptableCredential` for iterations outside Kafka's bounds, a salt of
+    fewer than 12 or more than 1024 bytes, or a salted password that is not SHA-256's 32 bytes."""
+    check_iterations(iterations)
+    if not MIN_SALT_BYTES <= len(salt) <= MAX_SALT_BYTES:
+        raise UnacceptableCredential(f"a salt must have {MIN_SALT_BYTES} to {MAX_SALT_BYTES} bytes, got {len(salt)}")
+    if len(salted) != SALTED_PASSWORD_BYTES:
+        raise UnacceptableCredential(
+            f"a SCRAM-SHA-256 salted password has {SALTED_PASSWORD_BYTES} bytes, got {len(salted)}"
+        )
+    return ScramCredential.from_salted_password(salt, salted, iterations)
+
+
+def _valid_name(user: str) -> bool:
+    try:
+        check_user_name(user)
+    except InvalidUserName:
+        return False  # a znode nobody made through sparklog: no user of it
+    return True
 
 
 class CredentialStore:
@@ -35,12 +86,16 @@ class CredentialStore:
 
     def upsert(self, user: str, password: str, iterations: int = DEFAULT_ITERATIONS) -> bool:
         """Set ``user``'s password (a new salted credential); True if the user is new."""
-        if not password:
-            raise InvalidRequest(f"user {user!r}: the password must not be empty")
-        if iterations < MIN_ITERATIONS:
-            raise InvalidRequest(f"iterations must be at least {MIN_ITERATIONS}, got {iterations}")
+        check_iterations(iterations)
+        salt = new_salt()
+        return self.upsert_salted(user, salt, salted_password(password, salt, iterations), iterations)
+
+    def upsert_salted(self, user: str, salt: bytes, salted: bytes, iterations: int) -> bool:
+        """Set ``user``'s credential from its salted password (what a client sends, Kafka's
+        AlterUserScramCredentials upsertion: never the password); True if the user is new.
+        Checked before anything is written (:func:`credential`)."""
         path = self.layout.user(user)
-        data = ScramCredential.create(password, iterations).to_json()
+        data = credential(salt, salted, iterations).to_json()
         try:
             self.zk.create(path, data, acl=private_acl(self.zk), makepath=True)
             return True
@@ -61,6 +116,20 @@ class CredentialStore:
             return sorted(self.zk.get_children(self.layout.users))
         except NoNodeError:
             return []
+
+    def iterations(self, users: list[str] | None = None) -> dict[str, int]:
+        """Each user's iteration count (the one part of a credential Kafka's
+        DescribeUserScramCredentials shows), by name: every user, or those of ``users`` that exist."""
+        found: dict[str, int] = {}
+        if users is not None:
+            names = sorted({check_user_name(user) for user in users})  # InvalidUserName before any read
+        else:
+            names = [user for user in self.users() if _valid_name(user)]
+        for user in names:
+            versioned = self.versioned_credential(user)
+            if versioned is not None:
+                found[user] = versioned[0].iterations
+        return found
 
     def versioned_credential(self, user: str) -> tuple[ScramCredential, int] | None:
         """``user``'s credential and its version, None if there is no such user."""

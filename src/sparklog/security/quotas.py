@@ -52,7 +52,7 @@ class Quota:
                 raise InvalidRequest(f"{name} must be a positive number, got {value!r:.80}")
 
     def to_json(self) -> bytes:
-        return json.dumps({name: getattr(self, name) for name in RATES if getattr(self, name) is not None}).encode()
+        return json.dumps(self.to_dict()).encode()
 
     @classmethod
     def from_json(cls, data: bytes) -> Quota:
@@ -62,6 +62,23 @@ class Quota:
                 raise TypeError("not a JSON object")
         except (ValueError, TypeError) as exc:
             raise InvalidRequest(f"a quota in ZooKeeper is malformed: {exc}") from None
+        return cls(**{name: raw.get(name) for name in RATES})
+
+    def to_dict(self) -> dict[str, float]:
+        """The rates it sets, by Kafka's names (what the quota actions carry)."""
+        return {name: getattr(self, name) for name in RATES if getattr(self, name) is not None}
+
+    @classmethod
+    def parse(cls, raw: object) -> Quota:
+        """A quota as :meth:`to_dict` writes it (null: none), checked: unknown rates and rates that
+        are not positive numbers are an :class:`InvalidRequest`."""
+        if raw is None:
+            return NO_QUOTA
+        if not isinstance(raw, dict):
+            raise InvalidRequest(f"a quota must be a JSON object of rates ({', '.join(RATES)}), got {raw!r:.80}")
+        unknown = sorted(str(key) for key in raw if key not in RATES)
+        if unknown:
+            raise InvalidRequest(f"unknown quota rate(s) {', '.join(unknown)[:200]}; known: {', '.join(RATES)}")
         return cls(**{name: raw.get(name) for name in RATES})
 
     def or_else(self, default: Quota) -> Quota:
@@ -76,8 +93,9 @@ class Quota:
 NO_QUOTA = Quota()
 
 
-def _user(name: str) -> str:
-    return name if name == DEFAULT_QUOTA_USER else check_user_name(name)
+def quota_user(name: object) -> str:
+    """``name`` if a quota may be kept for it: a valid user name, or ``<default>``."""
+    return DEFAULT_QUOTA_USER if name == DEFAULT_QUOTA_USER else check_user_name(name)
 
 
 class QuotaStore:
@@ -93,7 +111,7 @@ class QuotaStore:
         if quota.empty:
             self.remove(user)
             return
-        path = self.layout.user_quota(_user(user))
+        path = self.layout.user_quota(quota_user(user))
         try:
             self.zk.set(path, quota.to_json())
         except NoNodeError:
@@ -102,7 +120,7 @@ class QuotaStore:
     def remove(self, user: str) -> bool:
         """Remove ``user``'s quota; whether it had one."""
         try:
-            self.zk.delete(self.layout.user_quota(_user(user)))
+            self.zk.delete(self.layout.user_quota(quota_user(user)))
         except NoNodeError:
             return False
         return True
@@ -175,7 +193,7 @@ class QuotaCache:
                     continue
                 self._watched.add(name)
             try:
-                path = self.layout.user_quota(_user(name))
+                path = self.layout.user_quota(quota_user(name))
             except InvalidRequest as exc:
                 log.warning("ignoring the quota znode %r: %s", name, exc)
                 continue

@@ -2,7 +2,10 @@
 handshake, and the session token a broker gives a client that passed it.
 
 A user's credential is what Kafka keeps in ZooKeeper: a random salt, an iteration count, and the
-stored and server keys derived from the password, never the password itself.
+stored and server keys derived from the password, never the password itself. As Kafka's
+AlterUserScramCredentials, the salted password (RFC 5802's ``Hi(password, salt, i)``:
+:func:`salted_password`) is computed where the password is typed; a broker derives the keys from it
+(:meth:`ScramCredential.from_salted_password`) and never sees the password.
 
 The handshake (Flight's ``Handshake`` call, messages in order):
 
@@ -41,8 +44,9 @@ from typing import Any, Protocol
 
 import pyarrow.flight as flight
 import scramp
+from scramp import utils as scramp_utils
 
-from sparklog.errors import AuthenticationFailed
+from sparklog.errors import AuthenticationFailed, UnacceptableCredential
 from sparklog.security.client_config import ClientSecurity
 from sparklog.security.principal import USER_TYPE, user_principal
 
@@ -51,7 +55,9 @@ SCRAM_SHA_256 = "SCRAM-SHA-256"
 PLAIN = "PLAIN"
 DEFAULT_ITERATIONS = 8192  # Kafka's minimum is 4096
 MAX_MESSAGE = 4096  # bytes: a handshake message larger than this is refused before parsing
+SALT_BYTES = 32  # a new credential's salt (scramp's default)
 _MECHANISM = scramp.ScramMechanism(SCRAM_SHA_256)
+_HASH = hashlib.sha256  # SCRAM-SHA-256's hash function
 _REFUSED = "authentication failed: unknown user or wrong password"
 
 
@@ -66,8 +72,18 @@ class ScramCredential:
 
     @classmethod
     def create(cls, password: str, iterations: int = DEFAULT_ITERATIONS) -> ScramCredential:
-        salt, stored_key, server_key, count = _MECHANISM.make_auth_info(password, iteration_count=iterations)
-        return cls(salt, stored_key, server_key, count)
+        """A credential for ``password`` with a new random salt."""
+        salt = new_salt()
+        return cls.from_salted_password(salt, salted_password(password, salt, iterations), iterations)
+
+    @classmethod
+    def from_salted_password(cls, salt: bytes, salted: bytes, iterations: int) -> ScramCredential:
+        """The credential whose salted password (:func:`salted_password`) is ``salted``: RFC 5802's
+        ``StoredKey = H(HMAC(SaltedPassword, "Client Key"))`` and ``ServerKey =
+        HMAC(SaltedPassword, "Server Key")``, computed with scramp's functions. What a broker
+        stores from an AlterUserScramCredentials upsertion."""
+        client_key = scramp_utils.hmac(_HASH, salted, b"Client Key")
+        return cls(salt, scramp_utils.h(_HASH, client_key), scramp_utils.hmac(_HASH, salted, b"Server Key"), iterations)
 
     def matches(self, password: str) -> bool:
         """Whether ``password`` is the one this credential was made from (PLAIN's check)."""
@@ -95,6 +111,25 @@ class ScramCredential:
             base64.b64decode(raw["server_key"]),
             int(raw["iterations"]),
         )
+
+
+def new_salt() -> bytes:
+    """A random salt for a new credential."""
+    return secrets.token_bytes(SALT_BYTES)
+
+
+def salted_password(password: str, salt: bytes, iterations: int) -> bytes:
+    """RFC 5802's ``SaltedPassword = Hi(Normalize(password), salt, i)`` for SCRAM-SHA-256 (SASLprep
+    and PBKDF2-HMAC-SHA-256, computed by scramp as its own ``make_auth_info`` does): what a client
+    sends to set a user's password (Kafka's AlterUserScramCredentials), so the password itself
+    never leaves it. :class:`UnacceptableCredential` for a password SASLprep refuses."""
+    try:
+        normalized = scramp_utils.saslprep(password)
+    except scramp.ScramException as exc:
+        raise UnacceptableCredential(f"the password cannot be used with SCRAM: {exc}") from None
+    if not normalized:
+        raise UnacceptableCredential("the password must not be empty")
+    return scramp_utils.hi(_HASH, scramp_utils.uenc(normalized), salt, iterations)
 
 
 class SessionTokens:
