@@ -232,5 +232,11 @@ class BrokerServer(flight.FlightServerBase):
             (wire.LIST_OFFSETS, "log start/end offsets, high watermark, offset for a time"),
             (wire.OFFSETS_FOR_LEADER_EPOCH, "where an epoch ends in the leader's log (follower truncation)"),
             (wire.COPY_RECORDS, "copy offset ranges to partitions this broker leads (idempotent)"),
-            *((name, "cluster metadata, group offsets, topic administration") for name in wire.CLUSTER_ACTIONS),
+            *(
+                (
+                    name,
+                    "cluster metadata, group offsets and membership, topic, user, ACL, quota and reassignment administration",
+                )
+                for name in wire.CLUSTER_ACTIONS
+            ),
         ]
