@@ -431,6 +431,26 @@ def test_consume_positions_formats_and_raw_bytes(one_broker: str) -> None:
     assert_one_line_error(run_cli("produce", "events", "--key-separator", ":", zk=zk, input="no separator\n"), "line 1")
 
 
+def test_produce_stops_at_the_first_line_it_cannot_send_and_names_it(one_broker: str) -> None:
+    """Kafka's console producer goes on past a record it cannot send; here the first such line ends
+    the run (--ignore-errors goes on), and the error says which line and what was delivered."""
+    zk = one_broker
+    ok("topics", "create", "small", "--partitions", "1", "--config", "max.message.bytes=100000", zk=zk)
+    big = "x" * 200_000
+    lines = "first\n" + big + "\n" + "".join(f"after-{i}\n" for i in range(1000))
+
+    stopped = run_cli("produce", "small", zk=zk, input=lines)
+    error = assert_one_line_error(stopped, "line 2 (b'xxxxxxxx", "max.message.bytes=100000")
+    assert "1 line(s) before it were delivered, none after it was sent" in error
+    assert ok("consume", "small", "--from-beginning", "--timeout-ms", "2000", zk=zk).stdout.split() == ["first"]
+
+    kept_on = run_cli("produce", "small", "--ignore-errors", zk=zk, input=lines)
+    assert kept_on.returncode == 1 and "Traceback" not in kept_on.stderr
+    assert "line 2 (b'xxxx" in kept_on.stderr and "produced 1001 record(s) to small; 1 line(s) lost" in kept_on.stderr
+    values = ok("consume", "small", "--from-beginning", "--timeout-ms", "2000", zk=zk).stdout.split()
+    assert values == ["first", "first", *[f"after-{i}" for i in range(1000)]]
+
+
 def test_produce_100k_lines_then_consume_each_once(one_broker: str) -> None:
     """(How fast is for benchmarks: a timed assertion here only measured the machine's load.)"""
     zk = one_broker

@@ -6,8 +6,8 @@ import argparse
 import collections
 import json
 import sys
-from collections.abc import Iterable
-from typing import BinaryIO
+from collections.abc import Iterable, Iterator
+from typing import Any, BinaryIO
 
 from sparklog.cli.common import (
     CliError,
@@ -19,8 +19,9 @@ from sparklog.cli.common import (
 from sparklog.client.cluster_client import ClusterClient
 from sparklog.errors import BrokerNotAvailable, SparklogError
 
-# How many sends between two checks of the acknowledgements so far (a failure stops reading early).
-_CHECK_EVERY = 1000
+RECORD_OVERHEAD_BYTES = 64  # a record's offset, timestamp and lengths in a batch of one, roughly
+_QUOTED_BYTES = 40  # how much of a line an error message quotes
+_CHECK_EVERY = 1000  # sends between two looks at the acknowledgements (a failure stops the run early)
 
 # how long a line may wait for its acknowledgement, retries included: Kafka's delivery.timeout.ms default
 # (a first request to thousands of new partitions on a busy machine took over 10 s)
@@ -48,6 +49,8 @@ def add_produce(sub: argparse._SubParsersAction) -> None:
         description="Reads standard input and sends one record per line (the line without its line "
         "ending) to TOPIC. With --key-separator SEP the text before the first SEP is the key and the "
         "rest the value (a line without SEP is an error). Bytes are sent as they are (no decoding). "
+        "The first line that cannot be sent or delivered ends the run: the error names it (number and "
+        "first bytes) and how many lines were delivered (--ignore-errors: report it and go on). "
         "Prints nothing on standard output; on success the number of records sent goes to standard "
         "error (unless --quiet).",
     )
@@ -56,11 +59,17 @@ def add_produce(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--partition", type=int, metavar="P", help="send every record to partition P")
     p.add_argument("--acks", choices=["0", "1", "all"], default="1", help="acknowledgement level (default 1)")
     p.add_argument("--quiet", "-q", action="store_true", help="do not print the count on standard error")
+    p.add_argument(
+        "--ignore-errors",
+        action="store_true",
+        help="report a line that cannot be sent or delivered and go on (exit 1 at the end if any was lost); "
+        "without it the first such line ends the run and nothing after it is sent",
+    )
     add_cluster_options(p)
     p.set_defaults(handler=run_produce)
 
 
-def _lines(stream: BinaryIO) -> collections.abc.Iterator[bytes]:
+def _lines(stream: BinaryIO) -> Iterator[bytes]:
     for line in stream:
         if line.endswith(b"\n"):
             line = line[:-2] if line.endswith(b"\r\n") else line[:-1]
@@ -78,6 +87,36 @@ def _json_object(line: bytes, number: int) -> dict:
     return value
 
 
+class _Deliveries:
+    """Which lines were delivered, and which were not (lines are numbered from 1). Futures are
+    looked at in the order they were sent, every ``_CHECK_EVERY`` lines and at the end."""
+
+    def __init__(self) -> None:
+        self.sent = 0
+        self.failed: list[tuple[int, bytes, BaseException]] = []
+        self._pending: collections.deque[tuple[int, bytes, Any]] = collections.deque()
+
+    def track(self, future: Any, number: int, line: bytes) -> None:
+        self.sent += 1
+        self._pending.append((number, line[:_QUOTED_BYTES], future))
+        if self.sent % _CHECK_EVERY == 0:
+            self.settle(wait=False)
+
+    def settle(self, wait: bool) -> None:
+        """Note the outcome of the sent lines that are done (``wait``: of every one)."""
+        pending = self._pending
+        while pending and (wait or pending[0][2].done()):
+            number, head, future = pending.popleft()
+            try:
+                future.result()
+            except Exception as exc:  # this line was not delivered
+                self.failed.append((number, head, exc))
+
+
+def _line_error(number: int, head: bytes, problem: str) -> str:
+    return f"line {number} ({head!r}{'...' if len(head) >= _QUOTED_BYTES else ''}) {problem}"
+
+
 def run_produce(args: argparse.Namespace) -> int:
     from sparklog.client.producer import Producer
 
@@ -91,7 +130,9 @@ def run_produce(args: argparse.Namespace) -> int:
 
     client = cluster_client(args)
     try:  # fail before reading input if the topic is wrong or no partition can take a line
-        partitions = client.topic(args.topic).partitions
+        meta = client.topic(args.topic)
+        partitions = meta.partitions
+        max_bytes = meta.config.max_message_bytes
         typed = client.value_schema(args.topic) is not None
         if args.partition is not None and args.partition >= partitions:
             raise CliError(
@@ -108,28 +149,79 @@ def run_produce(args: argparse.Namespace) -> int:
         bootstrap_servers=bootstrap_servers(args),
         config=client_config(args),
     )
-    pending: collections.deque = collections.deque()
-    sent = 0
+    deliveries = _Deliveries()
+    refused: list[str] = []  # with --ignore-errors: lines refused before sending
+    stopped_at: str | None = None  # the reason the run stopped early
     try:
         send = producer.send
         topic, partition = args.topic, args.partition
         for number, line in enumerate(_lines(sys.stdin.buffer), start=1):
-            key = None
-            if separator is not None:
-                key, sep, line = line.partition(separator)
-                if not sep:
-                    raise CliError(f"line {number} has no key separator {args.key_separator!r}")
-            value = _json_object(line, number) if typed else line
-            pending.append(send(topic, value, key=key, partition=partition))
-            sent += 1
-            if sent % _CHECK_EVERY == 0:
-                while pending and pending[0].done():
-                    pending.popleft().result()  # raises the failure of an earlier batch
+            if deliveries.failed and not args.ignore_errors:
+                break  # an earlier line was not delivered: send nothing more
+            try:
+                key = None
+                if separator is not None:
+                    key, sep, line = line.partition(separator)
+                    if not sep:
+                        raise CliError(_line_error(number, line, f"has no key separator {args.key_separator!r}"))
+                if typed:
+                    value: object = _json_object(line, number)
+                else:
+                    value = line
+                    size = len(line) + len(key or b"") + RECORD_OVERHEAD_BYTES
+                    if size > max_bytes:
+                        raise CliError(
+                            _line_error(
+                                number,
+                                line[:_QUOTED_BYTES],
+                                f"is {size} bytes as a record, larger than the topic's max.message.bytes={max_bytes}",
+                            )
+                        )
+            except CliError as exc:
+                if not args.ignore_errors:
+                    stopped_at = str(exc)
+                    break
+                refused.append(str(exc))
+                print(f"sparklog: error: {exc}", file=sys.stderr)
+                continue
+            try:
+                future = send(topic, value, key=key, partition=partition)
+            except SparklogError as exc:  # refused before sending (a typed value its schema refuses...)
+                if not args.ignore_errors:
+                    stopped_at = _line_error(number, line[:_QUOTED_BYTES], f"cannot be sent: {exc}")
+                    break
+                refused.append(str(exc))
+                print(f"sparklog: error: {_line_error(number, line[:_QUOTED_BYTES], str(exc))}", file=sys.stderr)
+                continue
+            deliveries.track(future, number, line)
         producer.flush()
-        for future in pending:
-            future.result()
+        deliveries.settle(wait=True)
     finally:
         producer.close()
+    failed = deliveries.failed
+    delivered = deliveries.sent - len(failed)
+    if args.ignore_errors:
+        for number, head, error in failed:
+            print(f"sparklog: error: {_line_error(number, head, f'was not delivered: {error}')}", file=sys.stderr)
+    elif failed:
+        number, head, error = failed[0]
+        after = sum(1 for f in failed if f[0] > number)
+        stopped_at = _line_error(number, head, f"was not delivered: {error}")
+        stopped_at += f"; {delivered} line(s) were delivered"
+        if deliveries.sent - number > 0:
+            stopped_at += (
+                f", {deliveries.sent - number} line(s) after it had already been sent when its failure came back"
+                f" ({after} of them not delivered either)"
+            )
+        stopped_at += "; no further line was sent"
+    elif stopped_at is not None:
+        stopped_at += f"; {delivered} line(s) before it were delivered, none after it was sent"
+    if stopped_at is not None:
+        raise CliError(stopped_at)
+    lost = len(failed) + len(refused)
     if not args.quiet:
-        print(f"produced {sent} record(s) to {args.topic}", file=sys.stderr)
-    return 0
+        print(
+            f"produced {delivered} record(s) to {args.topic}" + (f"; {lost} line(s) lost" if lost else ""),
+            file=sys.stderr,
+        )
+    return 1 if lost else 0
