@@ -140,7 +140,7 @@ class GroupMembers:
         part = member.partitioner
         try:
             part.finish()  # its locks released, out of the party: its partitions move
-        except KazooException:
+        except (KazooException, ValueError):  # ValueError: kazoo's own release racing this one after a lost session
             log.warning(
                 "member %s of group %r could not leave cleanly; its nodes go with the session", member_id, member.group
             )
@@ -169,7 +169,10 @@ class GroupMembers:
                 self._wake.notify_all()
             for member_id, member in expired.items():
                 log.info("member %s missed its heartbeats: finishing it", member_id)
-                self._end(member_id, member)
+                try:
+                    self._end(member_id, member)
+                except Exception:  # the reaper must outlive any one member's trouble
+                    log.exception("could not finish member %s cleanly; its nodes go with the session", member_id)
 
     def close(self) -> None:
         """Before the broker leaves ZooKeeper (which drops every lock it holds for clients): ask
