@@ -28,9 +28,10 @@ from typing import Any
 
 import pytest
 
-from broker_helpers import HELPER_SCRIPT, SESSION_EXPIRY_S, read_jsonl, wait_for
+from broker_helpers import HELPER_SCRIPT, SESSION_EXPIRY_S, read_jsonl
 from sparklog import Admin, Producer
 from sparklog.coordination.cluster import ClusterMetadata
+from waiting import wait_for
 
 TOPIC = "orders"
 GROUP = "billing"

@@ -11,9 +11,10 @@ from typing import Any
 
 import pytest
 
-from broker_helpers import BrokerProcess, read_topic, wait_for
+from broker_helpers import BrokerProcess, read_topic
 from sparklog import Admin, Consumer, Producer
 from sparklog.errors import SparklogError
+from waiting import wait_for
 
 TOPIC = "crash"
 PARTITIONS = 3

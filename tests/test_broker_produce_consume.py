@@ -16,9 +16,10 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from broker_helpers import HELPER_SCRIPT, raw_fetch, read_jsonl, read_topic, wait_for
+from broker_helpers import HELPER_SCRIPT, raw_fetch, read_jsonl, read_topic
 from sparklog import Admin, Consumer, Producer
 from sparklog.client.partitioner import partitions_for_keys
+from waiting import wait_for
 
 PARTITIONS = 6
 PRODUCERS = 4

@@ -14,9 +14,10 @@ import pyarrow as pa
 import pyarrow.flight as flight
 import pytest
 
-from broker_helpers import read_partition, wait_for
+from broker_helpers import read_partition
 from sparklog import Admin, wire
 from sparklog.records import now_ms, wire_schema
+from waiting import wait_for
 
 TOPIC = "many"
 VALUE_BYTES = 400

@@ -12,7 +12,6 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from broker_helpers import wait_for
 from replication_helpers import (
     RF3_MIN_ISR_2,
     AckedWriter,
@@ -24,6 +23,7 @@ from replication_helpers import (
 )
 from sparklog import Admin, Consumer, Producer
 from sparklog.client.cluster_client import FETCH_CONNECTIONS
+from waiting import wait_for
 
 
 def _fetch_threads() -> int:

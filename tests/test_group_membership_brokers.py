@@ -24,7 +24,7 @@ from typing import Any
 
 import pytest
 
-from broker_helpers import HELPER_SCRIPT, raw_action, read_jsonl, typed_error, wait_for
+from broker_helpers import HELPER_SCRIPT, raw_action, read_jsonl, typed_error
 from security_helpers import SecureSetup
 from sparklog import Admin, Consumer, Producer, wire
 from sparklog.client.consumer import FIRST_ASSIGNMENT_WAIT_S
@@ -39,6 +39,7 @@ from sparklog.errors import (
     UnknownMemberId,
     UnknownTopic,
 )
+from waiting import wait_for
 
 HOST = "127.0.0.1"
 PARTITIONS = 6

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from broker_helpers import ProcessGroup, wait_for
+from broker_helpers import ProcessGroup
 from lake_helpers import (
     LAKE_TOPIC,
     PER_BATCH,
@@ -35,6 +35,7 @@ from sparklog import Admin, Consumer
 from sparklog.broker.lake.tierer import CRASH_ENV
 from sparklog.coordination.cluster import ClusterMetadata
 from sparklog.errors import InvalidConfig
+from waiting import wait_for
 
 
 # ------------------------------------------------------------------------------------------ exact rows

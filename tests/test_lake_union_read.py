@@ -24,7 +24,7 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
 
-from broker_helpers import ProcessGroup, wait_for
+from broker_helpers import ProcessGroup
 from lake_helpers import (
     BASE_MS,
     LAKE_TOPIC,
@@ -44,6 +44,7 @@ from sparklog import Admin, Consumer, Producer
 from sparklog.datasource import connections
 from sparklog.errors import InvalidRequest, OffsetOutOfRange
 from sparklog.spark import read_topic
+from waiting import wait_for
 
 # lake.compaction.min.files=2: the tierer compacts after every commit but the first, so these
 # reads run over compacted tables (and some of them while a compaction rewrites one)

@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 from kazoo.exceptions import NoNodeError
 
-from broker_helpers import raw_action, running_broker, typed_error, wait_for
+from broker_helpers import raw_action, running_broker, typed_error
 from sparklog import wire
 from sparklog.client.cluster_client import ClusterClient
 from sparklog.coordination.cluster import NUM_PARTITIONS_MAX, ClusterMetadata
@@ -41,6 +41,7 @@ from sparklog.errors import (
 )
 from sparklog.names import check_group_id, check_not_internal, check_topic_name
 from sparklog.schemas.registry import SchemaRegistry
+from waiting import wait_for
 
 BAD_TOPIC_NAMES = ["t1/partitions", ".", "..", "a" * 250, "", "a b", "tab\there", "ünï"]
 

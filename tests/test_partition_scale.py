@@ -16,7 +16,7 @@ import pyarrow as pa
 import pyarrow.flight as flight
 import pytest
 
-from broker_helpers import child_env, raw_action, wait_for
+from broker_helpers import child_env, raw_action
 from replication_helpers import (
     RF3_MIN_ISR_2,
     Ack,
@@ -30,6 +30,7 @@ from replication_helpers import (
 )
 from sparklog import Admin, Consumer, Producer, wire
 from sparklog.client.partitioner import partitions_for_keys
+from waiting import wait_for
 
 CLI = [sys.executable, "-m", "sparklog.cli.main"]
 

@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 from kazoo.protocol.states import KazooState, WatchedEvent
 
-from broker_helpers import wait_for
 from sparklog.broker.partition_state_cache import PartitionStateCache, States
 from sparklog.coordination.cluster import ClusterMetadata, PartitionState
+from waiting import wait_for
 
 TOPIC, PARTITIONS = "t", 50
 

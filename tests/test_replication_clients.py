@@ -10,9 +10,9 @@ import time
 
 import pytest
 
-from broker_helpers import wait_for
 from replication_helpers import RF3_MIN_ISR_2, Cluster, consume_all
 from sparklog import Admin, Consumer, Producer
+from waiting import wait_for
 
 TOPIC = "clients"
 

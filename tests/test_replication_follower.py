@@ -11,7 +11,6 @@ import time
 
 import pytest
 
-from broker_helpers import wait_for
 from replication_helpers import (
     RF3_MIN_ISR_2,
     AckedWriter,
@@ -24,6 +23,7 @@ from replication_helpers import (
     wait_progress,
 )
 from sparklog import Admin, Producer
+from waiting import wait_for
 
 REPLICA_LAG_S = 10.0  # the broker's default replica.lag.time.max.ms
 

@@ -10,7 +10,6 @@ from typing import Any
 
 import pytest
 
-from broker_helpers import wait_for
 from replication_helpers import (
     RF3_MIN_ISR_2,
     AckedWriter,
@@ -22,6 +21,7 @@ from replication_helpers import (
 )
 from sparklog import Admin, Producer
 from sparklog.errors import BrokerNotAvailable, NotEnoughReplicas
+from waiting import wait_for
 
 TOPIC = "minisr"
 PARTITIONS = 3

@@ -21,7 +21,7 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from broker_helpers import ping, raw_produce, typed_error, wait_for
+from broker_helpers import ping, raw_produce, typed_error
 from replication_helpers import (
     RF3_MIN_ISR_2,
     AckedWriter,
@@ -37,6 +37,7 @@ from replication_helpers import (
 )
 from sparklog import Admin, Producer
 from sparklog.errors import NotLeader
+from waiting import wait_for
 
 SESSION_TIMEOUT_S = 4.0  # the brokers' ZooKeeper session
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from broker_helpers import BrokerProcess, wait_for
+from broker_helpers import BrokerProcess
 from security_helpers import SecureSetup
 from sparklog.client.admin import Admin
 from sparklog.client.cluster_address import resolve
@@ -17,6 +17,7 @@ from sparklog.client.cluster_client import ClusterClient
 from sparklog.client.consumer import Consumer
 from sparklog.client.producer import Producer
 from sparklog.errors import AuthorizationFailed
+from waiting import wait_for
 
 TOPIC = "orders"
 

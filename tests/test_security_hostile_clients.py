@@ -23,7 +23,6 @@ import pyarrow.flight as flight
 import pytest
 from kazoo.client import KazooClient
 
-from broker_helpers import wait_for
 from sparklog import Admin, Producer, wire
 from sparklog.coordination.zk_layout import ZkLayout
 from sparklog.coordination.zookeeper_acls import client_options
@@ -34,6 +33,7 @@ from sparklog.security.acls import AclBinding, ResourcePattern
 from sparklog.security.client_config import ClientSecurity
 from sparklog.security.credential_store import CredentialStore
 from sparklog.security.scram import DEFAULT_ITERATIONS
+from waiting import wait_for
 
 SECRET = b"TOPSECRET"
 ACLS = {

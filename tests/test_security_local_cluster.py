@@ -16,12 +16,12 @@ import pytest
 from kazoo.client import KazooClient
 from kazoo.exceptions import NoAuthError
 
-from broker_helpers import wait_for
 from sparklog import Admin, Consumer, Producer
 from sparklog.broker.log.segment import INDEX_SUFFIX, SEGMENT_SUFFIX
 from sparklog.coordination.zookeeper_acls import client_options
 from sparklog.coordination.zookeeper_server import four_letter_word
 from sparklog.local_cluster import LocalCluster
+from waiting import wait_for
 
 NOT_WHITELISTED = "is not executed because it is not in the whitelist"
 TIERING_TIMEOUT_S = 60.0

@@ -9,7 +9,6 @@ from pathlib import Path
 import pyarrow.flight as flight
 import pytest
 
-from broker_helpers import wait_for
 from replication_helpers import Cluster
 from security_helpers import SecureSetup
 from sparklog import wire
@@ -20,6 +19,7 @@ from sparklog.client.producer import Producer
 from sparklog.coordination.cluster import ClusterMetadata
 from sparklog.errors import SparklogError
 from sparklog.security.client_config import ClientSecurity
+from waiting import wait_for
 
 TOPIC = "guarded"
 pytestmark = pytest.mark.slow

@@ -12,13 +12,13 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from broker_helpers import wait_for
 from security_helpers import SecureSetup
 from spark_helpers import run_available_now, unique
 from sparklog.client.admin import Admin
 from sparklog.client.producer import Producer
 from sparklog.security.acl_store import AclStore
 from sparklog.security.acls import AclBinding, ResourcePattern
+from waiting import wait_for
 
 pytestmark = pytest.mark.slow
 
