@@ -38,6 +38,7 @@ from sparklog.errors import (
     TopicExists,
     UnknownTopic,
 )
+from waiting import wait_for
 
 HOST = "127.0.0.1"
 
@@ -226,28 +227,22 @@ def test_leader_kill_9_while_producing_acks_all_through_bootstrap_servers(cluste
                         continue
                     acked.append((partition, offset, value))
 
+    def acked_at_least(n: int, timeout: float, failure: str) -> None:
+        wait_for(lambda: len(acked) >= n or not writer.is_alive(), timeout, failure)
+        assert len(acked) >= n, f"{failure}: the writer ended"
+
     writer = threading.Thread(target=write, name="boot-writer", daemon=True)
     writer.start()
     try:
-        deadline = time.monotonic() + 30
-        while len(acked) < 200:
-            assert time.monotonic() < deadline and writer.is_alive(), "no progress before the kill"
-            time.sleep(0.05)
+        acked_at_least(200, 30, "progress before the kill")
         leader = cluster.state(topic, 0).leader
         victim = cluster[leader]
         victim.kill()
-        seen = len(acked)
-        deadline = time.monotonic() + 60
-        while len(acked) < seen + 300:  # writes go on with the leader dead (and it in the bootstrap list)
-            assert time.monotonic() < deadline and writer.is_alive(), f"stuck after killing broker {leader}"
-            time.sleep(0.05)
+        # writes go on with the leader dead (and it in the bootstrap list)
+        acked_at_least(len(acked) + 300, 60, f"progress after killing broker {leader}")
         victim.restart()
         cluster.wait_full_isr(topic)
-        seen = len(acked)
-        deadline = time.monotonic() + 60
-        while len(acked) < seen + 100:
-            assert time.monotonic() < deadline and writer.is_alive(), "stuck after the restart"
-            time.sleep(0.05)
+        acked_at_least(len(acked) + 100, 60, "progress after the restart")
     finally:
         stop.set()
         writer.join(120)

@@ -31,6 +31,7 @@ from sparklog.cli.common import CliError, format_table, parse_configs, parse_tim
 from sparklog.cli.consume import format_batch
 from sparklog.coordination.ports import free_port, port_is_open
 from sparklog.coordination.zookeeper_server import four_letter_word
+from waiting import wait_for
 
 CLI = [sys.executable, "-m", "sparklog.cli.main"]
 
@@ -131,15 +132,17 @@ class Brokers:
                 env=_env(),
             )
         self.procs[broker_id] = proc
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
+
+        def listening_port() -> int | None:
             match = re.search(rf"broker {broker_id} listening on [\d.]+:(\d+)", log.read_text(errors="replace"))
             if match:
-                self.ports[broker_id] = int(match.group(1))
-                return self.ports[broker_id]
+                return int(match.group(1))
             assert proc.poll() is None, f"broker {broker_id} exited:\n{log.read_text(errors='replace')}"
-            time.sleep(0.05)
-        raise AssertionError(f"broker {broker_id} did not start:\n{log.read_text(errors='replace')}")
+            return None
+
+        started = f"broker {broker_id} to start"
+        self.ports[broker_id] = wait_for(listening_port, 60, lambda: f"{started}:\n{log.read_text(errors='replace')}")
+        return self.ports[broker_id]
 
     def stop(self, broker_id: int) -> int:
         return _stop(self.procs[broker_id])

@@ -31,6 +31,7 @@ from sparklog.datasource.progress import OffsetsBehindLatest, offsets_behind_lat
 from sparklog.datasource.query_start import start_stream
 from sparklog.datasource.reader import SparklogBatchReader, read_range, spark_schema
 from sparklog.errors import InvalidRequest
+from waiting import wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -137,17 +138,11 @@ def test_min_offsets_per_trigger_waits_for_records_or_max_trigger_delay(spark, s
         produced = time.monotonic()
         time.sleep(2.5)
         assert seen == [], "10 records < minOffsetsPerTrigger were admitted before maxTriggerDelay"
-        deadline = time.monotonic() + 60
-        while not seen:
-            assert time.monotonic() < deadline, "maxTriggerDelay did not admit the waiting records"
-            time.sleep(0.1)
+        wait_for(lambda: seen, 60, "maxTriggerDelay to admit the waiting records", 0.1)
         assert seen == [10]
         assert time.monotonic() - produced >= 3.5
         produce(zk, topic, 10, 60, 1, headers=False)  # enough: admitted without waiting for the delay
-        started = time.monotonic()
-        while sum(seen) < 70:
-            assert time.monotonic() - started < 30, seen
-            time.sleep(0.1)
+        wait_for(lambda: sum(seen) >= 70, 30, lambda: f"the 60 more records admitted (batches: {seen})", 0.1)
         assert seen == [10, 60]
     finally:
         query.stop()
@@ -337,10 +332,12 @@ def test_offsets_behind_latest_from_progress(spark, spark_cluster, tmp_path):
     try:
         df = stream_reader(spark, zk, subscribe=topic, startingOffsets="earliest", maxOffsetsPerTrigger=60)
         query, _ = collect_available_now(df, str(tmp_path / "ckpt"))
-        deadline = time.monotonic() + 30  # listener events arrive asynchronously
-        while not listener.metrics(query.id) or listener.metrics(query.id)[0]["maxOffsetsBehindLatest"] != 0:
-            assert time.monotonic() < deadline, listener.metrics(query.id)
-            time.sleep(0.2)
+        wait_for(  # listener events arrive asynchronously
+            lambda: listener.metrics(query.id) and listener.metrics(query.id)[0]["maxOffsetsBehindLatest"] == 0,
+            30,
+            lambda: f"a progress event with nothing behind the latest offsets: {listener.metrics(query.id)}",
+            0.2,
+        )
     finally:
         spark.streams.removeListener(listener)
     first = next(p for p in query.recentProgress if p["numInputRows"])

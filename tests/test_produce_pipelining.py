@@ -32,6 +32,7 @@ from sparklog.client.producer.produce_batch import BatchPart, PartitionRows, Pro
 from sparklog.coordination.cluster import BrokerInfo, PartitionState
 from sparklog.errors import InvalidRequest
 from sparklog.records import to_wire_batch
+from waiting import wait_for
 
 LEADER, FOLLOWER = 1, 2
 NOW = 1_700_000_000_000
@@ -103,10 +104,9 @@ def test_the_next_request_appends_while_an_acks_all_one_waits_for_its_replicas(t
     serving.start()
     reader.send("waits", 0)
     reader.send("alone", 0)
-    deadline = time.monotonic() + 10
-    while alone.log.log_end_offset == 0:  # the second request is appended...
-        assert time.monotonic() < deadline, "the second request waited for the first one's replicas"
-        time.sleep(0.01)
+    wait_for(  # the second request is appended...
+        lambda: alone.log.log_end_offset > 0, 10, "the second request's append (not after the first's replicas)", 0.01
+    )
     assert answers == []  # ...and answered only after the first, whose follower has not fetched
     waits.fetch_range_end(FOLLOWER, waits.log.log_end_offset, 0)  # the follower catches up
     reader.done()
@@ -182,35 +182,29 @@ def requests_to(stream: BrokerProduceStream, *partitions: int) -> list[ProduceRe
     return made
 
 
-def open_stream(broker: ScriptedBroker) -> tuple[BrokerProduceStream, dict[ProduceRequest, Outcome], threading.Event]:
+def open_stream(broker: ScriptedBroker) -> tuple[BrokerProduceStream, dict[ProduceRequest, Outcome]]:
     outcomes: dict[ProduceRequest, Outcome] = {}
-    got = threading.Event()
 
     def completed(request: ProduceRequest, outcome: Outcome) -> None:
         outcomes[request] = outcome
-        got.set()
 
     client = flight.connect(f"grpc://127.0.0.1:{broker.port}")
     stream = BrokerProduceStream(client, BrokerInfo(1, "127.0.0.1", broker.port), pa.binary(), "all", completed)
     broker.streams.append(stream)
-    return stream, outcomes, got
+    return stream, outcomes
 
 
-def wait_for(outcomes: dict[ProduceRequest, Outcome], got: threading.Event, n: int) -> None:
-    deadline = time.monotonic() + 10
-    while len(outcomes) < n:
-        assert time.monotonic() < deadline, f"{len(outcomes)} of {n} requests answered"
-        got.wait(0.05)
-        got.clear()
+def wait_answered(outcomes: dict[ProduceRequest, Outcome], n: int) -> None:
+    wait_for(lambda: len(outcomes) >= n, 10, lambda: f"{n} requests answered ({len(outcomes)} were)", 0.01)
 
 
 def test_one_stream_carries_several_requests_and_matches_the_answers_in_order(broker: ScriptedBroker) -> None:
-    stream, outcomes, got = open_stream(broker)
+    stream, outcomes = open_stream(broker)
     first, second, third = requests_to(stream, 0, 1, 2)
     time.sleep(0.3)
     assert outcomes == {}  # all three written, none answered yet
     broker.release.set()
-    wait_for(outcomes, got, 3)
+    wait_answered(outcomes, 3)
     assert [outcomes[r] for r in (first, second, third)] == [[{"b": i, "l": i}] for i in range(3)]
     stream.close()
     stream.join(5)
@@ -218,14 +212,14 @@ def test_one_stream_carries_several_requests_and_matches_the_answers_in_order(br
 
 
 def test_a_stream_the_broker_ends_with_an_error_fails_every_request_on_it(broker: ScriptedBroker) -> None:
-    stream, outcomes, got = open_stream(broker)
+    stream, outcomes = open_stream(broker)
     waiting = requests_to(stream, 0, 1)  # written; their answers wait
     refused = requests_to(stream, 99)  # the broker ends the stream
-    wait_for(outcomes, got, 3)
+    wait_answered(outcomes, 3)
     for request in waiting + refused:
         assert isinstance(outcomes[request], InvalidRequest) and "partition 99" in str(outcomes[request])
     (later,) = requests_to(stream, 3)
-    wait_for(outcomes, got, 4)
+    wait_answered(outcomes, 4)
     assert isinstance(outcomes[later], InvalidRequest)
     stream.close()
     stream.join(5)

@@ -18,6 +18,7 @@ from sparklog.client.producer.produce_batch import BatchPart, PartitionRows, Pro
 from sparklog.client.producer.sender import Sender
 from sparklog.coordination.cluster import BrokerInfo
 from sparklog.errors import InvalidRecord, NotEnoughReplicas, NotLeader, RequestTimedOut
+from waiting import wait_for
 
 BROKERS = {1: BrokerInfo(1, "127.0.0.1", 9001), 2: BrokerInfo(2, "127.0.0.1", 9002)}
 
@@ -112,12 +113,10 @@ class Outcomes:
 
     def __init__(self) -> None:
         self.done: dict[str, Any] = {}
-        self.event = threading.Event()
 
     def batch(self, topic: str, partition: int, name: str, rows: int = 2, deadline_s: float = 30.0) -> ProduceBatch:
         def on_done(send: PartitionRows) -> None:
             self.done[name] = send.error if send.error is not None else send.offsets.tolist()
-            self.event.set()
 
         owner = PartitionRows(partition, [slice(0, rows)], rows, on_done)
         owner.expect(1)
@@ -126,11 +125,12 @@ class Outcomes:
         return ProduceBatch(topic, partition, batch, None, deadline, [BatchPart(owner, 0, rows)])
 
     def wait(self, *names: str, timeout: float = 10.0) -> None:
-        end = time.monotonic() + timeout
-        while not all(n in self.done for n in names):
-            assert time.monotonic() < end, f"no outcome for {[n for n in names if n not in self.done]}"
-            self.event.wait(0.05)
-            self.event.clear()
+        wait_for(
+            lambda: all(n in self.done for n in names),
+            timeout,
+            lambda: f"an outcome for each of {[n for n in names if n not in self.done]}",
+            0.01,
+        )
 
 
 @pytest.fixture

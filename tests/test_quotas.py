@@ -7,8 +7,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 import pyarrow as pa
@@ -28,6 +26,7 @@ from sparklog.security.acl_store import AclStore
 from sparklog.security.acls import AclBinding, ResourcePattern
 from sparklog.security.client_config import ClientSecurity
 from sparklog.security.quotas import NO_QUOTA, Quota, QuotaCache, QuotaStore
+from waiting import wait_for
 
 LAYOUT = ZkLayout("/sparklog")
 ALICE = "User:alice"
@@ -113,13 +112,6 @@ def test_super_users_have_no_quota() -> None:
 
 
 # ----------------------------------------------------------------- ZooKeeper
-def wait_until(condition: Callable[[], bool], timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "condition not met in time"
-        time.sleep(0.01)
-
-
 def test_store_and_cache_round_trip(zk_client: KazooClient) -> None:
     store = QuotaStore(zk_client, LAYOUT)
     assert store.quotas() == {}
@@ -133,16 +125,21 @@ def test_store_and_cache_round_trip(zk_client: KazooClient) -> None:
         }
         data, _ = zk_client.get("/sparklog/security/quotas/users/alice")
         assert data == b'{"producer_byte_rate": 1024}'  # Kafka's names
-        wait_until(lambda: cache.quota_for(ALICE) == Quota(1024, 20))  # own rate, the default's for the rest
-        wait_until(lambda: cache.quota_for("User:bob") == Quota(10, 20))
+        wait_for(
+            lambda: cache.quota_for(ALICE) == Quota(1024, 20),
+            10,
+            "alice's own rate and the default's for the rest",
+            0.01,
+        )
+        wait_for(lambda: cache.quota_for("User:bob") == Quota(10, 20), 10, "bob to get the default quota", 0.01)
         store.set("alice", Quota(request_rate=5))  # replaces alice's quota
-        wait_until(lambda: cache.quota_for(ALICE) == Quota(10, 20, 5))
+        wait_for(lambda: cache.quota_for(ALICE) == Quota(10, 20, 5), 10, "alice's replaced quota", 0.01)
         assert store.remove("alice") and not store.remove("alice")
-        wait_until(lambda: cache.quota_for(ALICE) == Quota(10, 20))
+        wait_for(lambda: cache.quota_for(ALICE) == Quota(10, 20), 10, "alice back on the default quota", 0.01)
         assert store.remove(DEFAULT_QUOTA_USER)
-        wait_until(lambda: cache.quota_for(ALICE) == NO_QUOTA)
+        wait_for(lambda: cache.quota_for(ALICE) == NO_QUOTA, 10, "no quota once the default is removed", 0.01)
         store.set("alice", Quota(consumer_byte_rate=7))  # a znode made again is followed again
-        wait_until(lambda: cache.quota_for(ALICE) == Quota(consumer_byte_rate=7))
+        wait_for(lambda: cache.quota_for(ALICE) == Quota(consumer_byte_rate=7), 10, "alice's re-made quota znode", 0.01)
     with pytest.raises(InvalidRequest):
         store.set("../x", Quota(request_rate=1))
 

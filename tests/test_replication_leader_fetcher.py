@@ -22,6 +22,7 @@ from sparklog.broker.replication.leader_endpoint import FetchedItem
 from sparklog.broker.replication.leader_fetcher import LeaderFetcher
 from sparklog.coordination.cluster import PartitionState
 from sparklog.errors import NotLeader, SparklogError
+from waiting import wait_for
 
 LEADER, FOLLOWER = 1, 2
 NOW = 1_700_000_000_000
@@ -88,13 +89,6 @@ def values(log: PartitionLog) -> list[bytes]:
     return [v for b in log.read(log.log_start_offset, 1 << 30) for v in b.column("value").to_pylist()]
 
 
-def wait_until(condition, timeout: float = 10.0) -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.01)
-
-
 def start(
     endpoint: FakeLeader, partitions: list[Partition], reread: list[tuple[str, int]] | None = None
 ) -> LeaderFetcher:
@@ -116,10 +110,20 @@ def test_one_request_per_round_covers_every_followed_partition(tmp_path: Path) -
     partitions = [follower(tmp_path, "t", p) for p in range(n)]
     fetcher = start(endpoint, partitions)
     try:
-        wait_until(lambda: all(partitions[p].log.log_end_offset == leaders[("t", p)].log_end_offset for p in range(n)))
+        wait_for(
+            lambda: all(partitions[p].log.log_end_offset == leaders[("t", p)].log_end_offset for p in range(n)),
+            10,
+            "every follower at its leader's log end",
+            0.01,
+        )
         for p in (3, 50, 199):
             leaders[("t", p)].append(rows(2, f"late{p}"), leader_epoch=0)
-        wait_until(lambda: all(partitions[p].log.log_end_offset == 2 + (3 if p % 7 == 0 else 0) for p in (3, 50, 199)))
+        wait_for(
+            lambda: all(partitions[p].log.log_end_offset == 2 + (3 if p % 7 == 0 else 0) for p in (3, 50, 199)),
+            10,
+            "the late appends fetched",
+            0.01,
+        )
     finally:
         fetcher.stop()
         fetcher.join(5)
@@ -145,7 +149,7 @@ def test_a_diverged_replica_truncates_by_leader_epoch_before_it_fetches(tmp_path
     assert mine.log.log_end_offset == 9
     fetcher = start(FakeLeader({("t", 0): leader}), [mine])
     try:
-        wait_until(lambda: values(mine.log) == values(leader))
+        wait_for(lambda: values(mine.log) == values(leader), 10, "the follower's log equal to the leader's", 0.01)
     finally:
         fetcher.stop()
         fetcher.join(5)
@@ -163,13 +167,14 @@ def test_a_refused_or_malformed_partition_sits_out_and_the_others_go_on(tmp_path
     reread: list[tuple[str, int]] = []
     fetcher = start(endpoint, partitions, reread)
     try:
-        wait_until(lambda: partitions[2].log.log_end_offset == 4)
-        wait_until(lambda: ("t", 0) in reread)  # NotLeader: the follower re-reads the partition's state
+        wait_for(lambda: partitions[2].log.log_end_offset == 4, 10, "the healthy partition fetched", 0.01)
+        # NotLeader: the follower re-reads the partition's state
+        wait_for(lambda: ("t", 0) in reread, 10, "t-0's state re-read", 0.01)
         time.sleep(0.3)
         assert partitions[0].log.log_end_offset == 0 and partitions[1].log.log_end_offset == 0
         endpoint.refuse.clear()
         endpoint.corrupt.clear()
-        wait_until(lambda: all(p.log.log_end_offset == 4 for p in partitions))
+        wait_for(lambda: all(p.log.log_end_offset == 4 for p in partitions), 10, "every partition fetched", 0.01)
     finally:
         fetcher.stop()
         fetcher.join(5)
@@ -193,7 +198,7 @@ def test_a_failing_leader_does_not_stop_the_fetcher(tmp_path: Path) -> None:
     mine = follower(tmp_path, "t", 0)
     fetcher = start(endpoint, [mine])
     try:
-        wait_until(lambda: mine.log.log_end_offset == 2)
+        wait_for(lambda: mine.log.log_end_offset == 2, 10, "the records fetched after the failures", 0.01)
     finally:
         fetcher.stop()
         fetcher.join(5)

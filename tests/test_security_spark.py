@@ -4,7 +4,6 @@ with an error naming the operation and the topic."""
 
 from __future__ import annotations
 
-import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -106,10 +105,7 @@ def test_spark_reads_and_writes_over_sasl_ssl_and_a_removed_acl_stops_the_query(
             AclStore(store.zk, store.layout).remove([read_source])
         with Producer(acks="all", config=admin) as producer:
             producer.send(source, b"after", partition=0).result(30)
-        deadline = time.monotonic() + 120
-        while query.isActive and time.monotonic() < deadline:
-            time.sleep(0.5)
-        assert not query.isActive, "the query kept running without its Read ACL"
+        wait_for(lambda: not query.isActive, 120, "the query to stop without its Read ACL", 0.5)
         error = str(query.exception())
         assert "User:alice may not" in error and source in error, error
     finally:
