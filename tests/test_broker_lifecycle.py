@@ -12,20 +12,20 @@ import pytest
 
 from broker_helpers import BrokerProcess, ping, raw_action, raw_fetch
 from sparklog import Admin, Producer, wire
+from sparklog.broker.server import MAX_WAIT_MS
 
 TOPIC = "lifecycle"
 
 
-def _sigterm_and_time(broker: BrokerProcess, limit: float) -> float | None:
-    """SIGTERM; the seconds the broker took to exit, or None if it still ran after ``limit`` s."""
+def _sigterm_ends(broker: BrokerProcess, guard: float) -> bool:
+    """SIGTERM; whether the broker exited (False if it still ran after ``guard`` s, a hang guard)."""
     assert broker.proc is not None
-    start = time.monotonic()
     broker.proc.terminate()
     try:
-        broker.proc.wait(limit)
+        broker.proc.wait(guard)
     except subprocess.TimeoutExpired:
-        return None
-    return time.monotonic() - start
+        return False
+    return True
 
 
 @pytest.mark.slow
@@ -38,17 +38,18 @@ def test_sigterm_stops_the_broker_while_a_producer_is_connected(start_broker: An
     producer = Producer(zookeeper=sparklog_connect)
     try:
         assert producer.send(TOPIC, b"x").result(30).offset == 0
-        took = _sigterm_and_time(broker, 10.0)
+        exited = _sigterm_ends(broker, 10.0)
     finally:
         producer.close()
         broker.stop_or_kill(10)
-    assert took is not None, "the broker still ran 10 s after SIGTERM with an idle producer connected"
+    assert exited, "the broker still ran 10 s after SIGTERM with an idle producer connected"
     assert broker.proc is not None and broker.proc.returncode == 0
 
 
 @pytest.mark.slow
 def test_sigterm_stops_the_broker_during_a_long_poll(start_broker: Any, sparklog_connect: str) -> None:
-    """A fetch waiting for data (max_wait_ms up to 30 s) must not hold up a clean shutdown."""
+    """A fetch waiting for data (max_wait_ms up to 30 s) must not hold up a clean shutdown: with
+    a fetch waiting the longest max wait, the broker has exited well before that wait is over."""
     broker = start_broker(1)
     with Admin(sparklog_connect) as admin:
         admin.create_topic(TOPIC, 1)
@@ -56,7 +57,7 @@ def test_sigterm_stops_the_broker_during_a_long_poll(start_broker: Any, sparklog
 
     def long_poll() -> None:
         try:
-            outcome["rows"] = raw_fetch(broker.location, TOPIC, 0, 0, max_wait_ms=12_000).num_rows
+            outcome["rows"] = raw_fetch(broker.location, TOPIC, 0, 0, max_wait_ms=MAX_WAIT_MS).num_rows
         except Exception as exc:
             outcome["error"] = exc
 
@@ -64,9 +65,9 @@ def test_sigterm_stops_the_broker_during_a_long_poll(start_broker: Any, sparklog
     poller.start()
     time.sleep(0.5)
     assert poller.is_alive()
-    took = _sigterm_and_time(broker, 20.0)
+    exited = _sigterm_ends(broker, MAX_WAIT_MS / 2000)
     poller.join(30)
-    assert took is not None and took < 6.0, f"SIGTERM took {took}s with a 12 s long poll waiting"
+    assert exited, f"the broker still ran {MAX_WAIT_MS / 2000} s after SIGTERM, a {MAX_WAIT_MS} ms long poll waiting"
     assert broker.proc is not None and broker.proc.returncode == 0
 
 
