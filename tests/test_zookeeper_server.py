@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -53,10 +54,13 @@ def _client(server: EmbeddedZooKeeper) -> KazooClient:
 
 def test_start_create_read_stop(tmp_path: Path, servers: list[EmbeddedZooKeeper]) -> None:
     server = _new_server(servers, tmp_path / "zk", free_port())
+    began = time.monotonic()
     server.start(timeout=60.0)
+    start_call = time.monotonic() - began
     assert server.is_running()
     assert server.connect_string == f"{HOST}:{server.port}"
-    assert server.startup_seconds is not None and server.startup_seconds < 60.0
+    # startup_seconds is the start() call it reports on (a figure, not a speed to assert)
+    assert server.startup_seconds is not None and 0 < server.startup_seconds <= start_call
     assert "Mode: standalone" in four_letter_word(HOST, server.port, "srvr", timeout=5.0)
     assert four_letter_word(HOST, server.port, "ruok", timeout=5.0) == "imok"
     pid = server.pid
