@@ -143,12 +143,14 @@ def test_a_leader_cut_off_from_zookeeper_refuses_writes_and_comes_back_as_a_foll
 @pytest.mark.slow
 def test_a_frozen_leader_is_replaced_and_rejoins_as_a_follower(cluster: Cluster) -> None:
     """SIGSTOP the leader (longer than its session timeout: until the new leader has served a
-    write, 12 s at most), then SIGCONT; producers with acks=all keep writing throughout. Safety:
-    nothing acknowledged is lost, the old leader rejoins as a follower, every replica ends equal.
+    write and a send to the frozen leader was answered, 12 s at most), then SIGCONT; producers
+    with acks=all keep writing throughout. Safety: nothing acknowledged is lost, the old leader
+    rejoins as a follower, every replica ends equal.
     Availability, checked last: once a new leader is elected, a producer that never talked to the
     frozen broker gets an acks=all write acknowledged while the old leader is still frozen; and a
     producer whose open stream goes to the frozen leader gives an answer (an acknowledgement from
-    the new leader, or an error) within its delivery timeout."""
+    the new leader, or an error) while the old leader is still frozen too: its delivery timeout
+    (3 s) ends its wait, not the old leader's return."""
     topic, partitions, freeze_s, short_timeout_s = "frozen", 2, 12.0, 3.0
     connect = cluster.connect
     with Admin(connect) as admin:
@@ -177,8 +179,12 @@ def test_a_frozen_leader_is_replaced_and_rejoins_as_a_follower(cluster: Cluster)
             report.append(f"new leader {new.leader} of {topic}-0 {elected_s:.2f} s after SIGSTOP of {victim}")
             probe = Producer(zookeeper=connect, acks="all", linger_ms=0)  # it never talked to the frozen broker
             fresh = sends.track(probe.send(topic, b"fresh producer", partition=0), b"fresh producer")
-            fresh.done.wait(max(0.0, frozen_at + freeze_s - time.monotonic()))
+            for outcome in (fresh, stuck_stream):  # the freeze lasts until both resolved (12 s at most)
+                outcome.done.wait(max(0.0, frozen_at + freeze_s - time.monotonic()))
             frozen_state = cluster.state(topic, 0)
+            # what had happened while the old leader was frozen (it resumes on the next line)
+            acked_while_frozen = fresh.done.is_set() and fresh.error is None
+            answered_while_frozen = stuck_stream.done.is_set()
         finally:
             cluster[victim].proc.send_signal(signal.SIGCONT)
         resumed_at = time.monotonic()
@@ -211,13 +217,13 @@ def test_a_frozen_leader_is_replaced_and_rejoins_as_a_follower(cluster: Cluster)
             probe.close()
         print("\n".join(report))
     # availability while the old leader is frozen
-    assert fresh.error is None and fresh.done_at is not None and fresh.done_at - frozen_at < freeze_s, (
+    assert acked_while_frozen, (
         f"the new leader ({new.leader}, elected {elected_s:.2f} s after the freeze) did not acknowledge an acks=all "
-        f"write before the old leader resumed ({freeze_s} s); partition state then: {frozen_state}"
+        f"write before the old leader resumed; partition state then: {frozen_state}; the write: {fresh.error!r}"
     )
-    assert stuck_stream.seconds <= short_timeout_s + 2.0, (
-        f"a send through the producer's open stream to the frozen leader resolved only after "
-        f"{stuck_stream.seconds:.2f} s, though its delivery timeout is {short_timeout_s} s"
+    assert answered_while_frozen, (
+        f"a send through the producer's open stream to the frozen leader was still waiting when the leader "
+        f"resumed, though its delivery timeout is {short_timeout_s} s (it resolved with {stuck_stream.error!r})"
     )
 
 
