@@ -1,4 +1,4 @@
-"""Helpers for the broker integration tests (``tests/test_broker_*.py``): real broker processes, raw
+"""Helpers for the broker integration tests (``tests/broker/``, and others): real broker processes, raw
 Arrow Flight access following :mod:`sparklog.wire`, and small client programs run as subprocesses.
 
 A :class:`BrokerProcess` runs ``python -m sparklog.broker`` on a free loopback port and waits until it

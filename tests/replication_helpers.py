@@ -1,4 +1,4 @@
-"""Helpers for the replication and failover tests (``tests/test_replication_*.py``).
+"""Helpers for the replication and failover tests (``tests/broker/replication/``).
 
 - :class:`Cluster`: three (or N) real broker processes (``broker_helpers.BrokerProcess``) on one
   ZooKeeper chroot, with partition-state queries straight from ZooKeeper and waits for leaders and

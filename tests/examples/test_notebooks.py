@@ -14,7 +14,7 @@ from nbclient import NotebookClient
 
 pytestmark = pytest.mark.slow
 
-NOTEBOOKS = Path(__file__).resolve().parent.parent / "examples" / "notebooks"
+NOTEBOOKS = Path(__file__).resolve().parents[2] / "examples" / "notebooks"  # from tests/examples/
 # charts each notebook must draw (image/png outputs)
 CHARTS = {
     "01-quickstart.ipynb": 0,

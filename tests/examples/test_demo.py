@@ -21,7 +21,7 @@ from sparklog.examples.pipeline import as_reference
 
 pytestmark = pytest.mark.slow
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]  # the repository (this file is tests/examples/...)
 
 
 def _run_demo(data_dir: Path) -> tuple[str, float]:
