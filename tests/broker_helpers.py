@@ -1,5 +1,6 @@
-"""Helpers for the broker integration tests (``tests/test_broker_*.py``): real broker processes, raw
-Arrow Flight access following :mod:`sparklog.protocol.wire`, and small client programs run as subprocesses.
+"""Helpers for the broker integration tests (``tests/broker/``, and others): real broker processes, raw
+Arrow Flight access following :mod:`sparklog.protocol.wire`, and small client programs run as
+subprocesses.
 
 A :class:`BrokerProcess` runs ``python -m sparklog.broker`` on a free loopback port and waits until it
 printed its "listening" line *and* registered in ZooKeeper; it can be stopped (SIGTERM), killed
@@ -36,22 +37,11 @@ from sparklog.coordination.ports import free_port
 from sparklog.errors import SparklogError
 from sparklog.local_cluster import BROKER_START_TIMEOUT_S, broker_command
 from sparklog.protocol import wire
+from waiting import wait_for
 
 HOST = "127.0.0.1"
 HELPER_SCRIPT = Path(__file__).resolve()
 SESSION_EXPIRY_S = 40.0  # ZooKeeper session timeout of every sparklog client (10 s) plus a wide margin
-
-
-def wait_for(predicate: Callable[[], Any], timeout: float, what: str, interval: float = 0.05) -> Any:
-    """Poll ``predicate`` until it returns something truthy (returned) or fail after ``timeout`` s."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() >= deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(interval)
 
 
 def child_env() -> dict[str, str]:

@@ -58,7 +58,7 @@ def zk_client(zookeeper: EmbeddedZooKeeper, request: pytest.FixtureRequest) -> I
 
 
 # ---------------------------------------------------------------------------------------------------
-# Broker integration fixtures (tests/test_broker_*.py; helpers in tests/broker_helpers.py).
+# Broker integration fixtures (tests/broker/ and others; helpers in tests/broker_helpers.py).
 
 
 @pytest.fixture
@@ -137,7 +137,7 @@ def cluster(sparklog_connect: str, child_processes: object, tmp_path: Path) -> I
 
 
 # ---------------------------------------------------------------------------------------------------
-# Spark data source fixtures (tests/test_datasource_*.py; helpers in tests/spark_helpers.py).
+# Spark data source fixtures (tests/datasource/ and others; helpers in tests/spark_helpers.py).
 
 
 @pytest.fixture(scope="session")

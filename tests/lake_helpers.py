@@ -10,13 +10,14 @@ from pathlib import Path
 import pyarrow as pa
 from deltalake import DeltaTable
 
-from broker_helpers import BrokerProcess, ProcessGroup, wait_for
+from broker_helpers import BrokerProcess, ProcessGroup
 from replication_helpers import Cluster
 from sparklog import Consumer, Producer
 from sparklog.broker.log.segment import SEGMENT_SUFFIX
 from sparklog.coordination.cluster import ClusterMetadata
 from sparklog.coordination.lake_offsets import LakeOffsets
 from sparklog.lake.layout import app_id
+from waiting import wait_for
 
 PER_BATCH = 10
 LAKE_TOPIC = {"lake.enabled": "true", "segment.bytes": "1024"}

@@ -1,4 +1,4 @@
-"""Helpers shared by the storage-engine tests (``tests/test_log_*.py``).
+"""Helpers shared by the storage-engine tests (``tests/broker/log/``).
 
 Records are compared as plain tuples ``(offset, timestamp_ms, key, value, headers)`` where headers are
 ``None`` or a tuple of ``(key, value)`` pairs, so a failing assertion shows exactly which record differs.

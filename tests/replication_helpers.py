@@ -1,4 +1,4 @@
-"""Helpers for the replication and failover tests (``tests/test_replication_*.py``).
+"""Helpers for the replication and failover tests (``tests/broker/replication/``).
 
 - :class:`Cluster`: three (or N) real broker processes (``broker_helpers.BrokerProcess``) on one
   ZooKeeper chroot, with partition-state queries straight from ZooKeeper and waits for leaders and
@@ -31,12 +31,13 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from broker_helpers import BrokerProcess, ProcessGroup, wait_for
+from broker_helpers import BrokerProcess, ProcessGroup
 from sparklog import Consumer, Producer
 from sparklog.broker.log import iter_segment
 from sparklog.broker.log.segment import SEGMENT_SUFFIX
 from sparklog.coordination.cluster import ClusterMetadata, PartitionState
 from sparklog.coordination.ports import free_port
+from waiting import wait_for
 
 HOST = "127.0.0.1"
 RF3_MIN_ISR_2 = {"min.insync.replicas": "2"}

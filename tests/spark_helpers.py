@@ -1,4 +1,4 @@
-"""Helpers for the Spark data source tests (``tests/test_datasource_*.py``): topics with known
+"""Helpers for the Spark data source tests (``tests/datasource/``): topics with known
 records, reading a topic back completely, and running ``availableNow`` queries."""
 
 from __future__ import annotations

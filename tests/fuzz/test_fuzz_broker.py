@@ -31,6 +31,7 @@ import pytest
 from sparklog.fuzz import flight_ops
 from sparklog.fuzz.batches import bad_offsets_binary, zstd_bomb
 from sparklog.fuzz.runner import FuzzConfig, run_fuzz
+from waiting import wait_for
 
 if TYPE_CHECKING:
     from sparklog.coordination.zookeeper_server import EmbeddedZooKeeper
@@ -139,10 +140,12 @@ def _location(cluster: LocalCluster) -> str:
 
 
 def _wait_for_leader(cluster: LocalCluster, topic: str, timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not isinstance(flight_ops.list_offsets(_location(cluster), topic, 0), dict):
-        assert time.monotonic() < deadline, f"{topic}-0 has no leader after {timeout} s"
-        time.sleep(0.1)
+    wait_for(
+        lambda: isinstance(flight_ops.list_offsets(_location(cluster), topic, 0), dict),
+        timeout,
+        f"a leader of {topic}-0",
+        0.1,
+    )
 
 
 def _produce(

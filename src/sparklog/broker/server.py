@@ -235,7 +235,7 @@ class BrokerServer(flight.FlightServerBase):
             *(
                 (
                     name,
-                    "cluster metadata, group offsets and membership, topic, user, ACL, quota and reassignment administration",
+                    "cluster metadata, groups and their offsets, administration (topics, users, ACLs, quotas)",
                 )
                 for name in wire.CLUSTER_ACTIONS
             ),
