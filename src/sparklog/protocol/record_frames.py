@@ -92,7 +92,7 @@ class Frame(NamedTuple):
             raise RecordTooLarge(f"record batch of {size} bytes is larger than max.message.bytes={max_bytes}")
         try:
             return pa.ipc.read_record_batch(self.message, schema)
-        except (pa.ArrowException, ValueError) as exc:
+        except (pa.ArrowException, ValueError, OSError) as exc:  # OSError: a message of another schema's buffers
             raise InvalidRecord(f"unreadable record batch: {exc}") from None
 
 
