@@ -101,7 +101,7 @@ def read_frame(data: pa.Buffer) -> Frame:
     source = pa.BufferReader(data)
     try:
         message = pa.ipc.read_message(source)
-    except (pa.ArrowException, OSError, ValueError) as exc:
+    except (pa.ArrowException, OSError, ValueError, EOFError) as exc:  # EOFError: an end-of-stream marker
         raise InvalidRecord(f"a produced frame does not start with an Arrow IPC message: {exc}") from None
     declared = declared_batch(message)
     rest = data.slice(source.tell())
