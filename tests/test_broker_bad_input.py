@@ -5,6 +5,7 @@ unchanged (everything is read back and compared)."""
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import os
 import socket
@@ -365,6 +366,10 @@ def _named(command: dict[str, Any]) -> bytes:
         pytest.param(wire.encode(produce_command(0, schema=7)), id="schema-int"),
         pytest.param(wire.encode(produce_command(0, schema="not base64!")), id="schema-not-base64"),
         pytest.param(wire.encode(produce_command(0, schema="AAAAAAAA")), id="schema-garbage"),
+        pytest.param(
+            wire.encode(produce_command(0, schema=base64.b64encode(_good_batch().serialize()).decode())),
+            id="schema-a-record-batch-message",
+        ),
         pytest.param(wire.encode({"type": "produce_many", "acks": "1"}), id="many-no-schema"),
         pytest.param(wire.encode({"type": "produce_many", "acks": "1", "schema": "QUJD"}), id="many-schema-garbage"),
     ],

@@ -45,7 +45,7 @@ def schema_of(request: dict[str, Any]) -> pa.Schema:
         raise InvalidRequest(f"the produce request's schema is larger than {MAX_SCHEMA_BYTES} bytes")
     try:
         return pa.ipc.read_schema(pa.py_buffer(base64.b64decode(text, validate=True)))
-    except (binascii.Error, ValueError, pa.ArrowException) as exc:
+    except (binascii.Error, ValueError, pa.ArrowException, OSError, EOFError) as exc:  # OSError: another message
         raise InvalidRequest(f"the produce request's 'schema' is not an Arrow schema message: {exc}") from None
 
 
