@@ -37,6 +37,7 @@ from sparklog.coordination.ports import free_port
 from sparklog.errors import SparklogError
 from sparklog.local_cluster import BROKER_START_TIMEOUT_S, broker_command
 from sparklog.protocol import wire
+from sparklog.protocol.record_frames import open_produce, write_frame
 from waiting import wait_for
 
 HOST = "127.0.0.1"
@@ -267,15 +268,16 @@ def raw_fetch(
 
 
 def raw_produce(location: str, command: dict[str, Any], batches: list[pa.RecordBatch]) -> list[dict[str, Any]]:
-    """A ``do_put`` exactly as the wire contract describes it; the put metadata of every batch."""
+    """A ``do_put`` exactly as the wire contract describes it (the records' schema, the first batch's,
+    named in the descriptor; each batch a frame: :mod:`sparklog.protocol.record_frames`); the put
+    metadata of every batch."""
     assert batches
     client = flight_client(location)
     try:
-        descriptor = flight.FlightDescriptor.for_command(wire.encode(command))
-        writer, reader = client.do_put(descriptor, batches[0].schema)
+        writer, reader = open_produce(client, command, batches[0].schema)
         acks = []
         for batch in batches:
-            writer.write_batch(batch)
+            write_frame(writer, batch)
             if str(command.get("acks", "1")) != "0":
                 ack = reader.read()
                 if ack is None:  # the broker ended the call: its error comes with closing the writer

@@ -5,6 +5,7 @@ unchanged (everything is read back and compared)."""
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import os
 import socket
@@ -35,8 +36,10 @@ from sparklog.errors import (
     OffsetOutOfRange,
     RecordTooLarge,
     UnknownTopic,
+    error_from_code,
 )
 from sparklog.protocol import wire
+from sparklog.protocol.record_frames import FRAMED, SCHEMA_FIELD, open_produce, schema_text, write_frame
 from sparklog.records import HEADER_TYPE
 
 TOPIC = "data"
@@ -189,14 +192,13 @@ def test_a_batch_of_the_wrong_schema_is_refused_with_invalid_record(guarded: Gua
 def test_a_bad_batch_after_a_good_one_on_the_same_stream_stores_only_the_good_one(guarded: Guarded) -> None:
     client = flight_client(guarded.location)
     good = _good_batch(3, "good")
-    descriptor = flight.FlightDescriptor.for_command(wire.encode(produce_command(2)))
-    writer, reader = client.do_put(descriptor, good.schema)
+    writer, reader = open_produce(client, produce_command(2), good.schema)
     try:
-        writer.write_batch(good)
+        write_frame(writer, good)
         ack = wire.decode(reader.read())
         end = len(guarded.expected[2])
         assert ack == {"base_offset": end, "last_offset": end + 2, "count": 3}
-        writer.write_batch(_good_batch(0))  # an empty batch: refused
+        write_frame(writer, _good_batch(0))  # an empty batch: refused
         assert reader.read() is None
         with pytest.raises(flight.FlightError) as info:
             writer.close()
@@ -211,6 +213,119 @@ def test_a_bad_batch_after_a_good_one_on_the_same_stream_stores_only_the_good_on
         (end + i, b"k", f"good-{i}".encode()) for i in range(3)
     ]
     guarded.expected = after
+    guarded.assert_unharmed()
+
+
+def _broken_frames() -> dict[str, tuple[bytes | None, type]]:
+    """Frames (``sparklog.protocol.record_frames``) a broken client could send, and the typed error
+    each must get (None: a Flight message without a frame, a record batch of the empty schema).
+    Only the batch that does not fit the named schema has readable metadata (its request's)."""
+    good = _good_batch(2, "broken").serialize().to_pybytes()
+    ints = pa.record_batch({"value": pa.array([1, 2], pa.int64())}).serialize().to_pybytes()
+    return {
+        "metadata-not-json": (good + b"{not json", InvalidRequest),
+        "metadata-not-utf8": (good + b"\xff\xfe\x00", InvalidRequest),
+        "metadata-json-array": (good + b"[1, 2]", InvalidRequest),
+        "not-an-ipc-message": (b"\x00garbage, not an Arrow IPC message" * 3, InvalidRecord),
+        "end-of-stream-marker": (b"\xff\xff\xff\xff\x00\x00\x00\x00{}", InvalidRecord),
+        "truncated-message": (good[: len(good) // 2], InvalidRecord),
+        "truncated-body": (good[:-8], InvalidRecord),
+        "schema-message": (_good_batch().schema.serialize().to_pybytes(), InvalidRecord),
+        "batch-not-of-the-named-schema": (ints + wire.encode({"t": TOPIC, "p": 2, "end": True}), InvalidRecord),
+        "no-frame": (None, InvalidRequest),
+    }
+
+
+@pytest.mark.parametrize("name", sorted(_broken_frames()))
+@pytest.mark.parametrize("many", [False, True], ids=["produce", "produce_many"])
+def test_a_broken_frame_is_refused_with_a_typed_error(guarded: Guarded, name: str, many: bool) -> None:
+    """After a good frame on the same stream: the good one is stored, the broken one refused with
+    its typed error (in the multi-partition request's answer, or ending the stream)."""
+    data, expected = _broken_frames()[name]
+    good = _good_batch(1, "before-broken")
+    meta = {"t": TOPIC, "p": 2, "end": True}
+    command = {"type": "produce_many", "acks": "1"} if many else produce_command(2)
+    client = flight_client(guarded.location)
+    try:
+        writer, reader = open_produce(client, command, good.schema, flight.FlightCallOptions(timeout=30))
+        write_frame(writer, good, meta if many else None)
+        first = wire.decode(reader.read())
+        stored = first["r"][0]["b"] if many else first["base_offset"]
+        assert stored == len(guarded.expected[2])
+
+        try:
+            if data is None:
+                writer.write_batch(pa.RecordBatch.from_pylist([{}] * 3, schema=FRAMED))
+            else:
+                writer.write_metadata(pa.py_buffer(data))
+            answer = reader.read()
+            if answer is None:  # the broker ended the stream: its error comes with closing
+                writer.close()
+                raise AssertionError("the stream ended without an error")
+            result = wire.decode(answer)["r"][0]  # the request's answer: this batch's error
+            assert "e" in result, f"the broken frame was stored: {result}"
+            error = error_from_code(result["e"], result["m"])
+        except flight.FlightError as exc:
+            error = wire.from_flight_error(exc, "test")
+        assert isinstance(error, expected), repr(error)
+    finally:
+        with contextlib.suppress(Exception):
+            writer.close()
+        client.close()
+    after = read_topic(guarded.location, TOPIC, PARTITIONS)
+    assert after[2][: len(guarded.expected[2])] == guarded.expected[2]
+    assert [r["value"] for r in after[2][len(guarded.expected[2]) :]] == [b"before-broken-0"]
+    guarded.expected = after
+    guarded.assert_unharmed()
+
+
+def test_an_empty_message_ends_the_stream_as_flight_reads_it(guarded: Guarded) -> None:
+    """A Flight message with neither a batch nor app metadata is the end of the stream to Flight's
+    reader: the broker never sees what follows it (nothing stored), and answers nothing more."""
+    good = _good_batch(1, "before-empty")
+    client = flight_client(guarded.location)
+    try:
+        writer, reader = open_produce(client, produce_command(2), good.schema)
+        write_frame(writer, good)
+        assert wire.decode(reader.read())["base_offset"] == len(guarded.expected[2])
+        writer.write_metadata(pa.py_buffer(b""))
+        with contextlib.suppress(flight.FlightError):  # the call may already be over
+            write_frame(writer, _good_batch(1, "after-empty"))
+        assert reader.read() is None
+        writer.close()
+    finally:
+        client.close()
+    after = read_topic(guarded.location, TOPIC, PARTITIONS)
+    assert [r["value"] for r in after[2][len(guarded.expected[2]) :]] == [b"before-empty-0"]
+    guarded.expected = after
+    guarded.assert_unharmed()
+
+
+@pytest.mark.parametrize("named", [True, False], ids=["schema-named", "no-schema"])
+@pytest.mark.parametrize("many", [False, True], ids=["produce", "produce_many"])
+def test_a_stream_of_flight_record_batches_is_refused_with_invalid_request(
+    guarded: Guarded, named: bool, many: bool
+) -> None:
+    """The produce wire before frames: ``do_put`` declaring the records' schema and writing Flight
+    record batches. Refused (whether or not the descriptor names the schema), nothing stored."""
+    batch = _good_batch(2, "flight-batch")
+    command = {"type": "produce_many", "acks": "1"} if many else produce_command(0)
+    if named:
+        command[SCHEMA_FIELD] = schema_text(batch.schema)
+
+    def put() -> None:
+        client = flight_client(guarded.location)
+        try:
+            writer, reader = client.do_put(flight.FlightDescriptor.for_command(wire.encode(command)), batch.schema)
+            writer.write_with_metadata(batch, pa.py_buffer(wire.encode({"t": TOPIC, "p": 0, "end": True})))
+            reader.read()
+            writer.close()
+        finally:
+            client.close()
+
+    error = typed_error(put)
+    assert isinstance(error, InvalidRequest), repr(error)
+    assert "frames" in str(error), str(error)
     guarded.assert_unharmed()
 
 
@@ -230,27 +345,41 @@ def test_topic_rules_are_enforced_on_the_wire(guarded: Guarded) -> None:
 
 
 # ---------------------------------------------------------------------------------------------- malformed requests
+def _named(command: dict[str, Any]) -> bytes:
+    """A JSON command naming the records' schema, as every well-formed produce request does."""
+    return wire.encode({**command, SCHEMA_FIELD: schema_text(_good_batch().schema)})
+
+
 @pytest.mark.parametrize(
     "command",
     [
         pytest.param(b"{not json", id="not-json"),
         pytest.param(b"\xff\xfe\x00garbage", id="not-utf8"),
         pytest.param(b"[1, 2, 3]", id="json-array"),
-        pytest.param(wire.encode({"type": "consume", "topic": TOPIC, "partition": 0}), id="unknown-put-type"),
-        pytest.param(wire.encode({"type": "produce", "partition": 0}), id="no-topic"),
-        pytest.param(wire.encode({"type": "produce", "topic": TOPIC, "partition": "0"}), id="partition-string"),
-        pytest.param(wire.encode({"type": "produce", "topic": TOPIC, "partition": True}), id="partition-bool"),
-        pytest.param(wire.encode({"type": "produce", "topic": TOPIC, "partition": 0, "acks": "2"}), id="acks-2"),
-        pytest.param(wire.encode({"type": "produce", "topic": TOPIC, "partition": 0, "producer_id": "me"}), id="pid"),
+        pytest.param(_named({"type": "consume", "topic": TOPIC, "partition": 0}), id="unknown-put-type"),
+        pytest.param(_named({"type": "produce", "partition": 0}), id="no-topic"),
+        pytest.param(_named({"type": "produce", "topic": TOPIC, "partition": "0"}), id="partition-string"),
+        pytest.param(_named({"type": "produce", "topic": TOPIC, "partition": True}), id="partition-bool"),
+        pytest.param(_named({"type": "produce", "topic": TOPIC, "partition": 0, "acks": "2"}), id="acks-2"),
+        pytest.param(_named({"type": "produce", "topic": TOPIC, "partition": 0, "producer_id": "me"}), id="pid"),
+        pytest.param(wire.encode(produce_command(0)), id="no-schema"),
+        pytest.param(wire.encode(produce_command(0, schema=7)), id="schema-int"),
+        pytest.param(wire.encode(produce_command(0, schema="not base64!")), id="schema-not-base64"),
+        pytest.param(wire.encode(produce_command(0, schema="AAAAAAAA")), id="schema-garbage"),
+        pytest.param(
+            wire.encode(produce_command(0, schema=base64.b64encode(_good_batch().serialize()).decode())),
+            id="schema-a-record-batch-message",
+        ),
+        pytest.param(wire.encode({"type": "produce_many", "acks": "1"}), id="many-no-schema"),
+        pytest.param(wire.encode({"type": "produce_many", "acks": "1", "schema": "QUJD"}), id="many-schema-garbage"),
     ],
 )
 def test_a_malformed_produce_command_is_refused_with_invalid_request(guarded: Guarded, command: bytes) -> None:
     def put() -> None:
         client = flight_client(guarded.location)
         try:
-            batch = _good_batch()
-            writer, reader = client.do_put(flight.FlightDescriptor.for_command(command), batch.schema)
-            writer.write_batch(batch)
+            writer, reader = client.do_put(flight.FlightDescriptor.for_command(command), FRAMED)
+            write_frame(writer, _good_batch(), {"t": TOPIC, "p": 0, "end": True})
             reader.read()
             writer.close()
         finally:

@@ -43,6 +43,7 @@ from sparklog.errors import (
     UnknownServerError,
 )
 from sparklog.protocol import wire
+from sparklog.protocol.record_frames import SCHEMA_FIELD, open_produce, schema_text
 
 TOPIC, COMPACTED = "hardened", "hardened-compacted"
 MAX_CALLS = 40
@@ -113,24 +114,47 @@ def test_2_declared_sizes_are_refused_without_growing_the_broker(hardened: Any, 
     assert _rss_mb(broker) - rss_before < 200, "the broker allocated memory for rows it refused"
     large = pa.record_batch({"value": pa.array([b"x"], pa.large_binary())})
     assert isinstance(typed_error(lambda: raw_produce(broker.location, produce(), [large])), InvalidRecord)
-    # a compressed body is decompressed by Flight before the broker sees it; it is refused by size
+    # a compressed frame is refused by the size its message declares, before anything is decompressed
     bomb = pa.record_batch({"value": pa.array([b"\0" * (1 << 20)] * 24, pa.binary())})  # 24 MiB, compresses to KBs
-    options = flight.FlightCallOptions(write_options=pa.ipc.IpcWriteOptions(compression="zstd"))
     client = flight_client(broker.location)
     try:
-        writer, reader = client.do_put(
-            flight.FlightDescriptor.for_command(wire.encode(produce())), bomb.schema, options
-        )
+        writer, reader = open_produce(client, produce(), bomb.schema)
 
         def send() -> None:
-            writer.write_batch(bomb)
+            writer.write_metadata(pa.py_buffer(compressed_frame(bomb, "zstd")))
             reader.read()
             writer.close()
 
         assert isinstance(typed_error(send), RecordTooLarge)
     finally:
         client.close()
+    # the same as Flight record batches (Flight would decompress them): refused before one is read
+    options = flight.FlightCallOptions(write_options=pa.ipc.IpcWriteOptions(compression="zstd"))
+    client = flight_client(broker.location)
+    try:
+        command = {**produce(), SCHEMA_FIELD: schema_text(bomb.schema)}
+        writer, reader = client.do_put(flight.FlightDescriptor.for_command(wire.encode(command)), bomb.schema, options)
+
+        def send_batches() -> None:
+            writer.write_batch(bomb)
+            reader.read()
+            writer.close()
+
+        error = typed_error(send_batches)
+        assert isinstance(error, InvalidRequest) and "frames" in str(error), error
+    finally:
+        client.close()
     stored.unchanged()
+
+
+def compressed_frame(batch: pa.RecordBatch, compression: str) -> bytes:
+    """A frame whose record batch message is compressed (no metadata)."""
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, batch.schema, options=pa.ipc.IpcWriteOptions(compression=compression)) as writer:
+        writer.write_batch(batch)
+    messages = pa.ipc.MessageReader.open_stream(sink.getvalue())
+    messages.read_next_message()  # the schema
+    return messages.read_next_message().serialize().to_pybytes()
 
 
 def _rss_mb(broker: BrokerProcess) -> float:

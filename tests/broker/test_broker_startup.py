@@ -17,6 +17,7 @@ import pytest
 from broker_helpers import read_partition
 from sparklog import Admin
 from sparklog.protocol import wire
+from sparklog.protocol.record_frames import open_produce, write_frame
 from sparklog.records import now_ms, wire_schema
 from waiting import wait_for
 
@@ -42,10 +43,10 @@ def _batch(partition: int, batch: int) -> pa.RecordBatch:
 def _produce(client: flight.FlightClient, partition: int, batches: list[pa.RecordBatch], acks: str) -> list[int]:
     """One do_put stream to the partition's leader; the base offset of each acknowledged batch."""
     command = {"type": wire.PRODUCE, "topic": TOPIC, "partition": partition, "acks": acks}
-    writer, reader = client.do_put(flight.FlightDescriptor.for_command(wire.encode(command)), wire_schema())
+    writer, reader = open_produce(client, command, wire_schema())
     bases = []
     for batch in batches:
-        writer.write_batch(batch)
+        write_frame(writer, batch)
         ack = reader.read()
         assert ack is not None, f"no ack for {TOPIC}-{partition}"
         bases.append(int(wire.decode(ack)["base_offset"]))

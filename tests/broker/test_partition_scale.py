@@ -31,6 +31,7 @@ from replication_helpers import (
 from sparklog import Admin, Consumer, Producer
 from sparklog.client.partitioner import partitions_for_keys
 from sparklog.protocol import wire
+from sparklog.protocol.record_frames import open_produce, write_frame
 from waiting import wait_for
 
 CLI = [sys.executable, "-m", "sparklog.cli.main"]
@@ -51,10 +52,9 @@ def _produce_many(location: str, acks: str, batches: list[pa.RecordBatch], metas
     """One ``produce_many`` request exactly as the wire contract describes it; its answer."""
     client = flight.FlightClient(location)
     try:
-        descriptor = flight.FlightDescriptor.for_command(wire.encode({"type": wire.PRODUCE_MANY, "acks": acks}))
-        writer, reader = client.do_put(descriptor, batches[0].schema)
+        writer, reader = open_produce(client, {"type": wire.PRODUCE_MANY, "acks": acks}, batches[0].schema)
         for batch, meta in zip(batches, metas, strict=True):
-            writer.write_with_metadata(batch, pa.py_buffer(wire.encode(meta)))
+            write_frame(writer, batch, meta)
         answer = wire.decode(reader.read())
         writer.done_writing()
         writer.close()

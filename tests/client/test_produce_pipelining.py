@@ -31,6 +31,7 @@ from sparklog.client.producer.produce_batch import BatchPart, PartitionRows, Pro
 from sparklog.coordination.cluster import BrokerInfo, PartitionState
 from sparklog.errors import InvalidRequest
 from sparklog.protocol import wire
+from sparklog.protocol.record_frames import FRAMED, frame, read_frame
 from sparklog.records import to_wire_batch
 from waiting import wait_for
 
@@ -38,14 +39,21 @@ LEADER, FOLLOWER = 1, 2
 NOW = 1_700_000_000_000
 
 
+SCHEMA = pa.schema([("value", pa.binary())])  # the records' (what the stream's descriptor names)
+
+
 class Chunk:
-    def __init__(self, data: pa.RecordBatch, app_metadata: pa.Buffer) -> None:
-        self.data = data
+    """A Flight message of a produce stream: no record batch, a frame in its app metadata."""
+
+    def __init__(self, app_metadata: pa.Buffer) -> None:
+        self.data = None
         self.app_metadata = app_metadata
 
 
 class ScriptedReader:
-    """A produce stream's incoming batches, each released by the test."""
+    """A produce stream's incoming frames, each released by the test."""
+
+    schema = FRAMED  # what a produce stream declares
 
     def __init__(self) -> None:
         self.chunks: list[Chunk | None] = []  # None: the producer is done writing
@@ -53,9 +61,9 @@ class ScriptedReader:
 
     def send(self, topic: str, p: int, end: bool = True) -> None:
         meta = {"t": topic, "p": p, "pid": -1, "seq": -1, "end": end}
-        batch = pa.record_batch({"value": pa.array([b"%s-%d" % (topic.encode(), p)], pa.binary())})
+        batch = pa.record_batch({"value": pa.array([b"%s-%d" % (topic.encode(), p)], pa.binary())}, schema=SCHEMA)
         with self.cond:
-            self.chunks.append(Chunk(batch, pa.py_buffer(wire.encode(meta))))
+            self.chunks.append(Chunk(frame(batch, meta)))
             self.cond.notify_all()
 
     def done(self) -> None:
@@ -99,7 +107,7 @@ def test_the_next_request_appends_while_an_acks_all_one_waits_for_its_replicas(t
         def write(self, buffer: pa.Buffer) -> None:
             answers.append(wire.decode(buffer.to_pybytes()))
 
-    stream = ProduceRequestStream(Target({("waits", 0): waits, ("alone", 0): alone}), "all", lambda: False)
+    stream = ProduceRequestStream(Target({("waits", 0): waits, ("alone", 0): alone}), "all", SCHEMA, lambda: False)
     serving = threading.Thread(target=stream.serve, args=(reader, Writer()))
     serving.start()
     reader.send("waits", 0)
@@ -116,7 +124,7 @@ def test_the_next_request_appends_while_an_acks_all_one_waits_for_its_replicas(t
 
 
 class ScriptedBroker(flight.FlightServerBase):
-    """Answers each produce request (a batch with "end") with one result per batch, in order, once
+    """Answers each produce request (a frame whose metadata says "end") with one result per batch, in order, once
     the test releases the answers; a request to partition 99 ends the stream with an InvalidRequest
     (no answer then)."""
 
@@ -137,6 +145,8 @@ class ScriptedBroker(flight.FlightServerBase):
                 first, size = request
                 writer.write(pa.py_buffer(wire.encode({"r": [{"b": first + i, "l": first + i} for i in range(size)]})))
 
+        if not reader.schema.equals(FRAMED):  # the producer's stream must carry frames
+            raise wire.to_flight_error(InvalidRequest(f"a produce stream declaring {reader.schema}"))
         answers = threading.Thread(target=answer)
         answers.start()
         size, offset = 0, 0
@@ -146,7 +156,7 @@ class ScriptedBroker(flight.FlightServerBase):
                     chunk = reader.read_chunk()
                 except StopIteration:
                     return
-                meta = wire.decode(chunk.app_metadata)
+                meta = read_frame(chunk.app_metadata).metadata
                 if meta["p"] == 99:
                     failed.set()
                     raise wire.to_flight_error(InvalidRequest("partition 99 is refused"))

@@ -10,7 +10,6 @@ import sys
 from pathlib import Path
 
 import pyarrow as pa
-import pyarrow.flight as flight
 import pytest
 from kazoo.client import KazooClient
 
@@ -21,6 +20,7 @@ from sparklog.client.admin import Admin
 from sparklog.coordination.zk_layout import DEFAULT_QUOTA_USER, ZkLayout
 from sparklog.errors import InvalidRequest
 from sparklog.protocol import wire
+from sparklog.protocol.record_frames import open_produce, write_frame
 from sparklog.records import now_ms, wire_schema
 from sparklog.security.acl_store import AclStore
 from sparklog.security.acls import AclBinding, ResourcePattern
@@ -192,13 +192,12 @@ def produce_many(secure: SecureSetup, port: int, user: str, batches: list[pa.Rec
     security = ClientSecurity.from_config(secure.client(user))
     client = wire.flight_client(security.location(HOST, port), security=security)
     try:
-        descriptor = flight.FlightDescriptor.for_command(wire.encode({"type": wire.PRODUCE_MANY, "acks": "1"}))
-        writer, reader = client.do_put(descriptor, batches[0].schema)
+        writer, reader = open_produce(client, {"type": wire.PRODUCE_MANY, "acks": "1"}, batches[0].schema)
         for i, batch in enumerate(batches):
             meta: dict[str, object] = {"t": TOPIC, "p": 0, "pid": -1, "seq": -1}
             if i == len(batches) - 1:
                 meta["end"] = True
-            writer.write_with_metadata(batch, pa.py_buffer(wire.encode(meta)))
+            write_frame(writer, batch, meta)
         ack = reader.read()
         assert ack is not None
         writer.close()

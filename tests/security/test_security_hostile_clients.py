@@ -30,6 +30,7 @@ from sparklog.coordination.zookeeper_acls import client_options
 from sparklog.errors import AuthenticationFailed, AuthorizationFailed, InvalidRequest, SparklogError, error_from_code
 from sparklog.local_cluster import LocalCluster
 from sparklog.protocol import wire
+from sparklog.protocol.record_frames import open_produce, write_frame
 from sparklog.security.acl_store import AclStore
 from sparklog.security.acls import AclBinding, ResourcePattern
 from sparklog.security.client_config import ClientSecurity
@@ -282,15 +283,15 @@ def _produce_stream(client: flight.FlightClient, topic: str, many: bool) -> tupl
         else {"type": "produce", "topic": topic, "partition": 0, "acks": "1"}
     )
     schema = pa.schema([("key", pa.binary()), ("value", pa.binary())])
-    return client.do_put(flight.FlightDescriptor.for_command(wire.encode(command)), schema)
+    return open_produce(client, command, schema)
 
 
 def _send(writer: Any, reader: Any, topic: str, many: bool, value: bytes) -> dict[str, Any]:
     """One batch on an open produce stream and its answer; the stream's typed error once it ended."""
     batch = pa.record_batch({"key": pa.array([None], pa.binary()), "value": pa.array([value], pa.binary())})
-    meta = pa.py_buffer(wire.encode({"t": topic, "p": 0, "end": True})) if many else None
+    meta = {"t": topic, "p": 0, "end": True} if many else None
     try:
-        writer.write_with_metadata(batch, meta) if meta is not None else writer.write_batch(batch)
+        write_frame(writer, batch, meta)
         answer = reader.read()
         if answer is None:
             writer.close()

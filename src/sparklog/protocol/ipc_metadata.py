@@ -50,11 +50,16 @@ def declared_batch(message: pa.ipc.Message) -> DeclaredBatch:
     batch, its metadata cannot be read, or a buffer lies outside its body."""
     if message.type != "record batch":
         raise InvalidRecord(f"expected an Arrow record batch message, got a {message.type!r} message")
-    data = message.metadata.to_pybytes()
-    body = message.body
+    return declared_by(message.metadata.to_pybytes(), message.body)
+
+
+def declared_by(metadata: bytes, body: pa.Buffer | None) -> DeclaredBatch:
+    """What a record batch message's FlatBuffer ``metadata`` declares about ``body``; :class:`InvalidRecord`
+    if it cannot be read (whatever its bytes: the FlatBuffers runtime does not verify them)."""
     try:
-        return _declared(data, body)
-    except (IndexError, struct.error, ValueError) as exc:  # a metadata offset pointing outside it
+        return _declared(metadata, body)
+    except (IndexError, struct.error, ValueError, TypeError, OverflowError) as exc:
+        # an offset pointing outside the metadata (TypeError: the runtime's check of an offset's range)
         raise InvalidRecord(f"unreadable Arrow record batch metadata ({exc})") from None
 
 

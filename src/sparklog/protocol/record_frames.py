@@ -45,7 +45,7 @@ def schema_of(request: dict[str, Any]) -> pa.Schema:
         raise InvalidRequest(f"the produce request's schema is larger than {MAX_SCHEMA_BYTES} bytes")
     try:
         return pa.ipc.read_schema(pa.py_buffer(base64.b64decode(text, validate=True)))
-    except (binascii.Error, ValueError, pa.ArrowException) as exc:
+    except (binascii.Error, ValueError, pa.ArrowException, OSError, EOFError) as exc:  # OSError: another message
         raise InvalidRequest(f"the produce request's 'schema' is not an Arrow schema message: {exc}") from None
 
 
@@ -92,7 +92,7 @@ class Frame(NamedTuple):
             raise RecordTooLarge(f"record batch of {size} bytes is larger than max.message.bytes={max_bytes}")
         try:
             return pa.ipc.read_record_batch(self.message, schema)
-        except (pa.ArrowException, ValueError) as exc:
+        except (pa.ArrowException, ValueError, OSError) as exc:  # OSError: a message of another schema's buffers
             raise InvalidRecord(f"unreadable record batch: {exc}") from None
 
 
@@ -101,7 +101,7 @@ def read_frame(data: pa.Buffer) -> Frame:
     source = pa.BufferReader(data)
     try:
         message = pa.ipc.read_message(source)
-    except (pa.ArrowException, OSError, ValueError) as exc:
+    except (pa.ArrowException, OSError, ValueError, EOFError) as exc:  # EOFError: an end-of-stream marker
         raise InvalidRecord(f"a produced frame does not start with an Arrow IPC message: {exc}") from None
     declared = declared_batch(message)
     rest = data.slice(source.tell())
