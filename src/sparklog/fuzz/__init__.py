@@ -5,6 +5,8 @@
   logged and applied again.
 - :mod:`.batches`: Arrow record batches built from a case, well-formed or mutated (offsets, null
   counts, types, declared sizes, timestamps).
+- :mod:`.frames`: produced batches as frames (the produce wire), mutated or not, the schema a
+  descriptor names, and what the broker must make of a frame (read as it reads it).
 - :mod:`.requests`: JSON descriptors, tickets and action bodies, well-formed or mutated.
 - :mod:`.strategies`: the hypothesis strategies that draw cases.
 - :mod:`.flight_ops`: raw ``pyarrow.flight`` calls (and raw bytes on the port), each with a deadline.
@@ -21,7 +23,8 @@
 Invariants: every broker answers a ping; everything acknowledged is read back identical; a restart
 (SIGTERM, then ``kill -9``) recovers and everything acknowledged is still there. Cases that do not
 break an invariant can still be *findings*: an invalid batch acknowledged, an error without a typed
-code, a call that got no answer in time.
+code or an UNKNOWN_SERVER_ERROR, a stream of Flight record batches (the produce wire before frames)
+not refused with INVALID_REQUEST, a call that got no answer in time.
 
 By default the fuzzer is an anonymous client of a plain cluster. The low-privilege mode
 (``FuzzConfig(low_privilege=True)``, ``sparklog fuzz --low-privilege``) secures the cluster as

@@ -5,9 +5,15 @@ The verdict of a case combines what the broker answered with what it had to answ
 - an acknowledged batch that the broker must refuse is ``accepted-invalid``; one that had to be
   accepted but was refused with a non-retriable error is ``refused-valid`` (only for requests
   that were not mutated: a mutated descriptor may be valid or not);
+- a produce's frames (:mod:`sparklog.fuzz.frames`): a mutated frame, or one read with another
+  schema than its batch's, is read as the broker reads it; one the broker cannot read, or that
+  declares more than the topic allows, or decodes to a batch failing Arrow's full validation, must
+  be refused, and one it decodes must read back as what it decodes to. A stream of Flight record
+  batches (the wire before frames) must be refused with INVALID_REQUEST (``wrong-error`` else);
 - an error without a ``sparklog:<CODE>:`` prefix is ``untyped-error`` (and ``leaked-internals``
-  when it carries a traceback or source paths); a call not abandoned on purpose that got no
-  answer in time is ``no-answer``; put metadata that does not match the batch is ``bad-ack``;
+  when it carries a traceback or source paths), an UNKNOWN_SERVER_ERROR (an exception the broker's
+  code did not expect) ``unexpected-error``; a call not abandoned on purpose that got no answer
+  in time is ``no-answer``; put metadata that does not match the batch is ``bad-ack``;
 - acknowledged records go to the :class:`~sparklog.fuzz.ledger.Ledger` (an overlap with earlier
   ones is ``offset-reuse``);
 - in the low-privilege mode (:mod:`sparklog.fuzz.privileges`) every byte the user got back is
@@ -24,8 +30,10 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from sparklog.config import TopicConfig
 from sparklog.fuzz import flight_ops, requests
-from sparklog.fuzz.batches import BuiltBatch, build_batch
+from sparklog.fuzz import frames as fuzz_frames
+from sparklog.fuzz.batches import MAX_BATCH_ROWS, BuiltBatch, build_batch
 from sparklog.fuzz.cases import ABANDON, ACTION, FETCH, GARBAGE, MULTI_FETCH, PRODUCE, REPLICA_FETCH, Case
 from sparklog.fuzz.cluster import FuzzCluster
 from sparklog.fuzz.ledger import Entry, Fingerprints, Ledger, fingerprint
@@ -41,9 +49,12 @@ from sparklog.fuzz.report import (
     REFUSED_VALID,
     SERVED_INVALID,
     UNAUTHORIZED,
+    UNEXPECTED_ERROR,
     UNTYPED_ERROR,
+    WRONG_ERROR,
     Anomaly,
 )
+from sparklog.protocol.record_frames import SCHEMA_FIELD, schema_text
 from sparklog.records import to_record_batch
 
 # errors a well-formed request may get without the broker being wrong
@@ -56,6 +67,9 @@ RETRIABLE = {
     "TOO_MANY_REQUESTS",
     "COORDINATOR_NOT_AVAILABLE",
 }
+# what a produce stream of Flight record batches (the produce wire before frames) may be refused with
+OLD_WIRE_ERRORS = {"INVALID_REQUEST", "AUTHORIZATION_FAILED", *RETRIABLE}
+DEFAULT_MAX_MESSAGE_BYTES = TopicConfig().max_message_bytes
 # timestamp modes whose stored value the case fixes (the others are the broker's clock)
 FIXED_TIMESTAMPS = {"now", "past", "int64", "seconds", "nanos", "negative", "year9999", "min", "max"}
 COPY_TIMEOUT_S = 60.0
@@ -166,7 +180,9 @@ class Applier:
         if error.leaked:
             anomalies.append(Anomaly(LEAKED_INTERNALS, error.message))
         if error.typed:
-            if must_succeed and error.code not in RETRIABLE:
+            if error.code == "UNKNOWN_SERVER_ERROR":  # the broker's code raised what it did not expect
+                anomalies.append(Anomaly(UNEXPECTED_ERROR, error.message))
+            elif must_succeed and error.code not in RETRIABLE:
                 anomalies.append(Anomaly(REFUSED_VALID, error.message))
             return Outcome(f"refused:{error.code}", anomalies)
         if error.timed_out:
@@ -180,6 +196,9 @@ class Applier:
 
     # ------------------------------------------------------------------ produce
     def _produce(self, case: Case) -> Outcome:
+        """A produce stream: its batches as frames (one of them perhaps mutated, the records' schema
+        named in the descriptor, or not, or another one), or, for a few cases, as Flight record
+        batches (the produce wire before frames: every batch must be refused)."""
         p = case.params
         topic, partition = p["topic"], p["partition"]
         try:
@@ -188,6 +207,11 @@ class Applier:
             return Outcome("unbuildable", detail={"error": str(exc)[:200]})
         verdict = _combine([b.valid for b in built])
         descriptor: dict[str, Any] = {"type": "produce", "topic": topic, "partition": partition, "acks": p["acks"]}
+        named, schema_value = fuzz_frames.named_schema(
+            p.get("schema", "named"), built[0].batch.schema, int(p.get("schema_seed", 0))
+        )
+        if named:
+            descriptor[SCHEMA_FIELD] = schema_value
         mode = p["idempotence"]
         stream_key = (int(p["producer"]), str(topic), partition if isinstance(partition, int) else -1)
         stream = self.streams.setdefault(stream_key, _Stream())
@@ -220,16 +244,31 @@ class Applier:
             verdict = None  # records without keys: Kafka refuses them on a compacted topic; accepting is harmless
         mutated = requests.is_mutated(p["edits"])
         acks_wanted = _acks_of(body)
-        result = flight_ops.put(
-            self.cluster.leader_location(str(topic), partition if isinstance(partition, int) else 0),
-            body,
-            [b.batch for b in built],
-            metadata,
-            read_acks=acks_wanted,
-            compression=p["compression"],
-            abandon=p["abandon"],
-            via=self.cluster.user,
-        )
+        location = self.cluster.leader_location(str(topic), partition if isinstance(partition, int) else 0)
+        old_wire = p.get("wire", "frames") == "flight"
+        unknown: set[int] = set()  # batches whose stored form the fuzzer cannot know
+        if old_wire:
+            result = flight_ops.put_batches(
+                location,
+                body,
+                [b.batch for b in built],
+                metadata,
+                read_acks=acks_wanted,
+                compression=p["compression"],
+                abandon=p["abandon"],
+                via=self.cluster.user,
+            )
+            built = [
+                dataclasses.replace(b, valid=False, note="Flight record batches: the wire before frames") for b in built
+            ]
+            verdict = False
+        else:
+            sent, built, unknown = self._frames(p, built, metadata, body, target)
+            if any(b.valid is not True for b in built):
+                verdict = _combine([verdict, *(b.valid for b in built)])
+            result = flight_ops.put(
+                location, body, sent, read_acks=acks_wanted, abandon=p["abandon"], via=self.cluster.user
+            )
         anomalies: list[Anomaly] = []
         acked: list[tuple[int, int]] = []
         known_content = not (idempotent and stream.uncertain)
@@ -248,7 +287,8 @@ class Applier:
                     Anomaly(ACCEPTED_INVALID, f"acknowledged {got}: a sequence 5 past the producer's next")
                 )
             if target is not None:
-                problem = self._record(target, got, built[i], specs[i], case.index, idempotent, known_content)
+                known = known_content and i not in unknown
+                problem = self._record(target, got, built[i], specs[i], case.index, idempotent, known)
                 if problem:
                     anomalies.append(Anomaly(OFFSET_REUSE, problem))
         common = min(len(acked), len(dup_of))  # batches the first stream had no answer for are new
@@ -260,9 +300,11 @@ class Applier:
             )
             stream.last_case = {"batches": specs, "descriptor": dict(descriptor)}
             stream.last_acks = acked
-        if idempotent and (not acks_wanted or p["abandon"] or len(acked) < len(built)):
+        if idempotent and (not acks_wanted or p["abandon"] or len(acked) < len(built) or unknown):
             stream.uncertain = True
         anomalies += self._guard_put(target, result, len(acked))
+        if old_wire and p["abandon"] is None and not mutated:
+            anomalies += self._old_wire_refused(target, result.error)
         if result.error is not None and not acked:
             # an idempotent stream may be out of step (an earlier acks=0 or abandoned batch was stored)
             must = verdict is True and not mutated and p["abandon"] is None and mode == "none"
@@ -275,6 +317,65 @@ class Applier:
             anomalies += tail.anomalies
         label = "ack" if acked else ("abandoned" if p["abandon"] else ("sent-acks-0" if not acks_wanted else "no-ack"))
         return Outcome(label, anomalies, {"acked": acked})
+
+    def _old_wire_refused(self, target: tuple[str, int] | None, error: flight_ops.CallError | None) -> list[Anomaly]:
+        """A stream of Flight record batches to a partition under test must end with INVALID_REQUEST
+        (it declares record batch columns), unless the caller may not write or the partition moved
+        (an acknowledgement is ``accepted-invalid``, found with the acks; an untyped error is found
+        as such)."""
+        if target is None or not self._ours(*target):
+            return []
+        if error is None:
+            return [Anomaly(WRONG_ERROR, "a stream of Flight record batches ended without an error")]
+        if not error.typed or error.code in OLD_WIRE_ERRORS:
+            return []
+        detail = f"Flight record batches refused with {error.code}, not INVALID_REQUEST: {error.message}"
+        return [Anomaly(WRONG_ERROR, detail)]
+
+    def _frames(
+        self,
+        p: dict[str, Any],
+        built: list[BuiltBatch],
+        metadata: list[bytes | None],
+        body: bytes,
+        target: tuple[str, int] | None,
+    ) -> tuple[list[bytes | None], list[BuiltBatch], set[int]]:
+        """The frames of a produce stream (the case's mutation applied to one of them), the batches
+        the broker must store for them (a frame it must refuse: ``valid`` False; one it decodes to
+        something else than the batch built: that batch, ``valid`` None) and the batches whose
+        stored form the fuzzer cannot know (a mutated frame whose ``"sequence"`` changed)."""
+        mutation = p.get("frame_mutation")
+        index = int(mutation.get("batch", 0)) % len(built) if mutation else -1
+        sent = [
+            fuzz_frames.build(b.batch, metadata[i], p["compression"], mutation if i == index else None)
+            for i, b in enumerate(built)
+        ]
+        schema = fuzz_frames.descriptor_schema(body)
+        spec = self.cluster.topics.get(target[0]) if target else None
+        max_bytes = (
+            int(spec.configs.get("max.message.bytes", DEFAULT_MAX_MESSAGE_BYTES)) if spec else DEFAULT_MAX_MESSAGE_BYTES
+        )
+        expected: list[BuiltBatch] = []
+        unknown: set[int] = set()
+        for i, (batch, frame) in enumerate(zip(built, sent, strict=True)):
+            what = f"frame {frame.mutated}" if frame.mutated else "frame"
+            if schema is None:
+                expected.append(dataclasses.replace(batch, valid=False, note="the descriptor names no readable schema"))
+                continue
+            if frame.mutated is None and schema.equals(batch.batch.schema):
+                expected.append(batch)
+                continue
+            guess = fuzz_frames.predict(frame.data, schema, max_bytes, MAX_BATCH_ROWS)
+            if schema_text(schema) != schema_text(batch.batch.schema):
+                what += f" read with another schema ({', '.join(f'{f.name}: {f.type}' for f in schema)})"
+            if guess.batch is None:
+                expected.append(dataclasses.replace(batch, valid=False, note=f"{what}: {guess.why}"))
+                continue
+            expected.append(BuiltBatch(guess.batch, None, f"{what}: decodes to {guess.batch.num_rows} rows"))
+            sent_meta = _json_object(metadata[i])
+            if guess.metadata is None or guess.metadata.get("sequence") != sent_meta.get("sequence"):
+                unknown.add(i)  # its sequence changed: it may be taken for another batch of the producer
+        return [f.data for f in sent], expected, unknown
 
     def _record(
         self,
@@ -471,6 +572,7 @@ class Applier:
             ticket.update(offset=max(start, end - 1), max_wait_ms=30_000, follow=True)
         else:
             ticket.update(offset=start, max_wait_ms=0)
+        schema = pa.schema([pa.field("key", pa.binary()), pa.field("value", pa.binary())])
         if call == "action_copy":
             last = min(end - 1, start + 10)
             descriptor = json.dumps(
@@ -480,14 +582,15 @@ class Applier:
                     "slices": [{"first": start, "last": last, "topic": topic, "partition": partition}],
                 }
             ).encode()
-        else:
-            descriptor = json.dumps({"type": "produce", "topic": topic, "partition": partition, "acks": "1"}).encode()
+        else:  # a produce naming the records' schema
+            produce = {"type": "produce", "topic": topic, "partition": partition, "acks": "1"}
+            descriptor = json.dumps({**produce, SCHEMA_FIELD: schema_text(schema)}).encode()
         opened = flight_ops.abandon_streams(
             self.cluster.leader_location(topic, partition),
             call,
             json.dumps(ticket).encode(),
             descriptor,
-            pa.schema([pa.field("key", pa.binary()), pa.field("value", pa.binary())]),
+            schema,
             int(p["streams"]),
             via=self.cluster.user,
         )
@@ -546,6 +649,15 @@ def _acks_of(body: bytes) -> bool:
         return str(parsed.get("acks", "1")) != "0"
     except (ValueError, UnicodeDecodeError, AttributeError, RecursionError):
         return True
+
+
+def _json_object(raw: bytes | None) -> dict[str, Any]:
+    """Batch metadata as sent, parsed (``{}`` when it is none, or no JSON object)."""
+    try:
+        parsed = json.loads(raw) if raw else {}
+    except (ValueError, UnicodeDecodeError, RecursionError):
+        return {}
+    return parsed if isinstance(parsed, dict) else {}
 
 
 def _parse_ack(raw: bytes, rows: int) -> tuple[int, int] | str:

@@ -5,6 +5,10 @@ captured (never raised) with what the broker said.
 Fetched batches are checked with Arrow's *full* validation before anything reads their values: a
 broker that serves a malformed batch must show up as a finding, not crash the fuzzer.
 
+A produce (:func:`put`) sends frames, as the wire says (:mod:`sparklog.protocol.record_frames`);
+:func:`put_batches` speaks the produce wire before frames (Flight record batches), which every
+broker must refuse.
+
 Every call goes through a :class:`Connector` (``via=``): :data:`ANONYMOUS` (plaintext, no
 credentials, a fresh client per call) or one user's over TLS and SASL (the low-privilege mode:
 one handshake per broker, its client kept; a call meant to be dropped gets a client of its own).
@@ -18,7 +22,7 @@ import json
 import re
 import socket
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
@@ -26,6 +30,7 @@ import pyarrow as pa
 import pyarrow.flight as flight
 
 from sparklog.errors import BrokerNotAvailable, SparklogError
+from sparklog.protocol.record_frames import FRAMED, frame
 from sparklog.security.client_config import PLAINTEXT, ClientSecurity
 
 HOST = "127.0.0.1"
@@ -149,7 +154,34 @@ class PutResult:
     written: int = 0  # batches written before the error
 
 
+Write = Callable[[flight.FlightStreamWriter], None]
+
+
 def put(
+    location: str,
+    descriptor: bytes,
+    frames: list[bytes | None],
+    read_acks: bool,
+    timeout: float = CALL_TIMEOUT_S,
+    abandon: str | None = None,
+    via: Connector = ANONYMOUS,
+) -> PutResult:
+    """A produce ``do_put`` as the wire says: the stream declares the empty schema
+    (:data:`~sparklog.protocol.record_frames.FRAMED`) and each of ``frames`` travels as a Flight
+    message's app metadata (None: a Flight message without one, a record batch of the empty
+    schema); one put metadata message read per frame if ``read_acks``. ``abandon``:
+    ``before_write`` opens the stream and drops it; ``after_write`` drops it after the first frame
+    without reading or finishing; ``mid_stream`` after reading the first ack."""
+
+    def write(data: bytes | None) -> Write:
+        if data is None:
+            return lambda writer: writer.write_batch(pa.RecordBatch.from_pylist([{}], schema=FRAMED))
+        return lambda writer: writer.write_metadata(pa.py_buffer(data))
+
+    return _put(location, descriptor, FRAMED, [write(f) for f in frames], read_acks, options(timeout), abandon, via)
+
+
+def put_batches(
     location: str,
     descriptor: bytes,
     batches: list[pa.RecordBatch],
@@ -160,10 +192,29 @@ def put(
     abandon: str | None = None,
     via: Connector = ANONYMOUS,
 ) -> PutResult:
-    """``do_put`` of ``batches`` (each with its app metadata) on one stream, reading one put
-    metadata message per batch if ``read_acks``. ``abandon``: ``before_write`` opens the stream
-    and drops it; ``after_write`` drops it after the first batch without reading or finishing;
-    ``mid_stream`` after reading the first ack."""
+    """The produce wire before frames (every broker must refuse it): the stream declares the
+    batches' schema and they travel as Flight record batches (Flight's reader decodes them, and
+    decompresses them with ``compression``), each with its app metadata."""
+
+    def write(batch: pa.RecordBatch, meta: bytes | None) -> Write:
+        if meta is None:
+            return lambda writer: writer.write_batch(batch)
+        return lambda writer: writer.write_with_metadata(batch, pa.py_buffer(meta))
+
+    writes = [write(b, m) for b, m in zip(batches, metadata, strict=True)]
+    return _put(location, descriptor, batches[0].schema, writes, read_acks, options(timeout, compression), abandon, via)
+
+
+def _put(
+    location: str,
+    descriptor: bytes,
+    schema: pa.Schema,
+    writes: list[Write],
+    read_acks: bool,
+    call_options: flight.FlightCallOptions,
+    abandon: str | None,
+    via: Connector,
+) -> PutResult:
     result = PutResult(acks=[])
     dedicated = abandon is not None
     try:
@@ -173,16 +224,11 @@ def put(
         return result
     writer: flight.FlightStreamWriter | None = None
     try:
-        writer, reader = c.do_put(
-            flight.FlightDescriptor.for_command(descriptor), batches[0].schema, options(timeout, compression)
-        )
+        writer, reader = c.do_put(flight.FlightDescriptor.for_command(descriptor), schema, call_options)
         if abandon == "before_write":
             return result
-        for batch, meta in zip(batches, metadata, strict=True):
-            if meta is None:
-                writer.write_batch(batch)
-            else:
-                writer.write_with_metadata(batch, pa.py_buffer(meta))
+        for write in writes:
+            write(writer)
             result.written += 1
             if abandon == "after_write":
                 return result
@@ -338,7 +384,8 @@ def abandon_streams(
     """Open ``count`` calls of one sort and drop them without finishing (the client goes away):
     ``get_*`` opens a fetch (``get_unread`` reads nothing, the others their first message; a
     long-poll or following ticket keeps the broker busy after the client left); ``put`` writes
-    one batch and leaves; ``action_copy`` is started on a thread and abandoned at a short deadline.
+    one frame (a batch of ``schema``, which ``descriptor`` names) and leaves; ``action_copy`` is
+    started on a thread and abandoned at a short deadline.
     Returns how many calls were opened."""
     opened = 0
     writers: list[flight.FlightStreamWriter] = []
@@ -356,12 +403,11 @@ def abandon_streams(
                     if call != "get_unread":
                         with contextlib.suppress(Exception):
                             reader.read_chunk()
-                elif call == "put":
-                    writer, _reader = c.do_put(flight.FlightDescriptor.for_command(descriptor), schema, options(2.0))
+                elif call == "put":  # ``descriptor`` names ``schema``; one frame written
+                    writer, _reader = c.do_put(flight.FlightDescriptor.for_command(descriptor), FRAMED, options(2.0))
                     writers.append(writer)
-                    writer.write_batch(
-                        pa.RecordBatch.from_pylist([{"key": b"k", "value": b"abandoned"}], schema=schema)
-                    )
+                    batch = pa.RecordBatch.from_pylist([{"key": b"k", "value": b"abandoned"}], schema=schema)
+                    writer.write_metadata(frame(batch))
                 else:
                     with contextlib.suppress(Exception):
                         list(c.do_action(flight.Action("copy_records", descriptor), options(0.05)))

@@ -38,6 +38,7 @@ import pyarrow.ipc as ipc
 from sparklog.coordination.cluster import ClusterMetadata
 from sparklog.fuzz import flight_ops
 from sparklog.fuzz.ledger import Entry, Ledger, fingerprint
+from sparklog.protocol.record_frames import SCHEMA_FIELD, frame, schema_text
 from sparklog.protocol.wire import COPY_RECORDS, LIST_OFFSETS, METADATA, OFFSETS_FOR_LEADER_EPOCH
 from sparklog.records import to_record_batch
 from sparklog.security.acl_store import AclStore
@@ -377,12 +378,12 @@ def fill(cluster: AdminView, secret: Secrets) -> list[Entry]:
             continue
         for partition in range(spec.partitions):
             batch = secret.batch(spec.name, partition)
-            descriptor = json.dumps({"type": "produce", "topic": spec.name, "partition": partition, "acks": "all"})
+            command = {"type": "produce", "topic": spec.name, "partition": partition, "acks": "all"}
+            descriptor = json.dumps({**command, SCHEMA_FIELD: schema_text(batch.schema)})
             result = flight_ops.put(
                 cluster.leader_location(spec.name, partition),
                 descriptor.encode(),
-                [batch],
-                [None],
+                [frame(batch).to_pybytes()],
                 read_acks=True,
                 via=cluster.admin,
             )

@@ -5,7 +5,7 @@ leader; every batch passes Arrow's full validation before its values are touched
 record must be there with its fingerprints (and its timestamp, when the case fixed it), the same
 as at its first read. On a compacted topic a record may be gone if a later record of the same key
 is there (or it was a tombstone older than ``delete.retention.ms``, which the cleaner drops by
-record time).
+record time, or such a tombstone of its key came later: gone too, it took the key away).
 """
 
 from __future__ import annotations
@@ -111,7 +111,7 @@ def verify(cluster: FuzzCluster, ledger: Ledger, full: bool) -> list[Anomaly]:
             anomalies.append(Anomaly(UNREADABLE, data.problem + _suspects(entries, data.problem_offset)))
             continue
         for entry in todo:
-            problem = _compare(entry, data, compacted)
+            problem = _compare(entry, data, compacted, entries)
             if problem:
                 anomalies.append(Anomaly(problem[0], f"{entry.describe()}: {problem[1]}"))
             if len(anomalies) >= MAX_ANOMALIES_PER_CHECK:
@@ -119,7 +119,7 @@ def verify(cluster: FuzzCluster, ledger: Ledger, full: bool) -> list[Anomaly]:
     return anomalies
 
 
-def _compare(entry: Entry, data: PartitionData, compacted: bool) -> tuple[str, str] | None:
+def _compare(entry: Entry, data: PartitionData, compacted: bool, entries: list[Entry]) -> tuple[str, str] | None:
     lo = int(np.searchsorted(data.offsets, entry.base))
     hi = int(np.searchsorted(data.offsets, entry.last, side="right"))
     present = data.offsets[lo:hi]
@@ -131,7 +131,7 @@ def _compare(entry: Entry, data: PartitionData, compacted: bool) -> tuple[str, s
         else:
             wanted = np.arange(entry.base, entry.last + 1)
             missing = np.setdiff1d(wanted, present)
-            problem = _missing_allowed(entry, missing, data, compacted)
+            problem = _missing_allowed(entry, missing, data, compacted, entries)
             if problem:
                 return LOST, problem
     if entry.expected is not None and len(present):
@@ -158,7 +158,9 @@ def _compare(entry: Entry, data: PartitionData, compacted: bool) -> tuple[str, s
     return None
 
 
-def _missing_allowed(entry: Entry, missing: np.ndarray, data: PartitionData, compacted: bool) -> str | None:
+def _missing_allowed(
+    entry: Entry, missing: np.ndarray, data: PartitionData, compacted: bool, entries: list[Entry]
+) -> str | None:
     """Why the missing records are a loss (None if compaction explains them)."""
     if not compacted:
         return f"{len(missing)} of {entry.count} records are not read back (first: offset {int(missing[0])})"
@@ -172,5 +174,29 @@ def _missing_allowed(entry: Entry, missing: np.ndarray, data: PartitionData, com
             continue
         if entry.timestamps_known and entry.expected.timestamp[i] < horizon:
             continue  # possibly an expired tombstone (the cleaner judges by record time)
+        if _gone_after(entries, key, offset, data, horizon):
+            continue  # a later record of its key, gone too: an expired tombstone took the key away
         return f"offset {offset} was compacted away without a later record of its key"
+
+
+def _gone_after(entries: list[Entry], key: np.uint64, offset: int, data: PartitionData, horizon: int) -> bool:
+    """Whether an acknowledged record after ``offset`` that is not read back either may have been a
+    tombstone of ``key`` older than ``delete.retention.ms`` (dropped with every earlier record of its
+    key): one of that key dated before ``horizon``, or any of a batch whose records are not known."""
+    for other in entries:
+        if other.last <= offset:
+            continue
+        first = max(other.base, offset + 1)
+        later = np.arange(first, other.last + 1)
+        gone = later[~np.isin(later, data.offsets)]
+        if not len(gone):
+            continue
+        if other.expected is None:
+            return True
+        if not other.timestamps_known:
+            continue
+        i = gone - other.base
+        if np.any((other.expected.key[i] == key) & (other.expected.timestamp[i] < horizon)):
+            return True
+    return False
     return None

@@ -4,7 +4,9 @@
 different or unreadable, a restart did not recover; in the low-privilege mode, a secret record
 reached the user or a request its ACLs do not allow was answered); the run exits non-zero on any. *Findings* are
 wrong answers that keep the invariants: an invalid batch acknowledged, an error without a typed
-code, a call without an answer in time, a leaked traceback.
+code (or UNKNOWN_SERVER_ERROR, the broker's answer to an exception it did not expect), a request
+refused with another error than the one it must get, a call without an answer in time, a leaked
+traceback.
 """
 
 from __future__ import annotations
@@ -36,7 +38,19 @@ LEAKED_INTERNALS = "leaked-internals"  # an error message with a traceback or so
 NO_ANSWER = "no-answer"  # a call (not abandoned on purpose) did not finish within its deadline
 BAD_ACK = "bad-ack"  # put metadata that is not {"base_offset", "last_offset", "count"} matching the batch
 REFUSED_VALID = "refused-valid"  # a well-formed request refused with a non-retriable error
-FINDINGS = (ACCEPTED_INVALID, SERVED_INVALID, UNTYPED_ERROR, LEAKED_INTERNALS, NO_ANSWER, BAD_ACK, REFUSED_VALID)
+UNEXPECTED_ERROR = "unexpected-error"  # UNKNOWN_SERVER_ERROR: the broker's code raised what it did not expect
+WRONG_ERROR = "wrong-error"  # refused, but not with the error it must get (Flight batches: INVALID_REQUEST)
+FINDINGS = (
+    ACCEPTED_INVALID,
+    SERVED_INVALID,
+    UNTYPED_ERROR,
+    LEAKED_INTERNALS,
+    NO_ANSWER,
+    BAD_ACK,
+    REFUSED_VALID,
+    UNEXPECTED_ERROR,
+    WRONG_ERROR,
+)
 
 
 @dataclasses.dataclass

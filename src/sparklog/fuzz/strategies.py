@@ -1,5 +1,10 @@
 """Hypothesis strategies that draw :class:`~sparklog.fuzz.cases.Case` objects.
 
+A produce case's batches travel as frames (:mod:`sparklog.fuzz.frames`), compressed or not, one
+of them sometimes mutated (its metadata, its IPC message's bytes, its declared sizes, cut short,
+replaced), the records' schema named in the descriptor (sometimes not, garbage, or another one);
+a few cases send the produce wire before frames (Flight record batches), which must be refused.
+
 Every parameter is drawn by hypothesis (so a run is reproduced by its seed); bulk bytes are not:
 a case draws a ``seed`` and :mod:`sparklog.fuzz.batches` makes the bytes from it. Sizes are kept
 so that 10,000 cases fit in half an hour on two cores: most batches are small, a few are large
@@ -27,6 +32,7 @@ from hypothesis import strategies as st
 
 from sparklog.fuzz import cases
 from sparklog.fuzz.batches import LAYOUTS, MAX_BATCH_ROWS, TIMESTAMP_MODES, VALID_LAYOUTS
+from sparklog.fuzz.frames import MUTATIONS
 from sparklog.fuzz.requests import RAW_BODIES, WEIRD_TOPICS, WEIRD_VALUES
 from sparklog.protocol.wire import COPY_RECORDS, LIST_OFFSETS, METADATA, OFFSETS_FOR_LEADER_EPOCH, PING
 
@@ -143,9 +149,12 @@ MALFORMED_WEIGHTS = {name: 1 for name in INVALID_LAYOUTS} | {
 
 @st.composite
 def produce_case(draw: st.DrawFn, topology: Topology, malformed: bool) -> cases.Case:
-    """A produce stream of 1-3 batches. Well-formed: to a topic under test, with keys on a
-    compacted one. Malformed: mostly a malformed batch sent to a real partition (what the broker
-    must refuse after reading it); sometimes also an odd topic, partition or descriptor."""
+    """A produce stream of 1-3 batches, as frames. Well-formed: to a topic under test, with keys on
+    a compacted one; a tenth of them with one frame mutated, a few naming another schema.
+    Malformed: mostly a malformed batch sent to a real partition (what the broker must refuse
+    after reading it); a third of them with one frame mutated too; sometimes also an odd topic,
+    partition, descriptor or named schema. A few of either sent as Flight record batches (the wire
+    before frames: refused, 1 in 40 well-formed, 1 in 10 malformed)."""
     real = st.sampled_from(sorted(topology.topics))
     odd_target = malformed and weighted(draw, [(5, False), (1, True)])
     topic = draw(topic_name(topology)) if odd_target else draw(real)
@@ -173,14 +182,53 @@ def produce_case(draw: st.DrawFn, topology: Topology, malformed: bool) -> cases.
             draw, [(8, "none"), (1, "weird")] if malformed else [(5, "none"), (3, "next"), (1, "dup"), (1, "gap")]
         ),
         "producer": draw(st.integers(1000, 1003)),
-        "edits": draw(edits(["type", "topic", "partition", "acks", "producer_id", "first_sequence", "schema_version"]))
+        "edits": draw(
+            edits(["type", "topic", "partition", "acks", "producer_id", "first_sequence", "schema_version", "schema"])
+        )
         if malformed and weighted(draw, [(5, False), (1, True)])
         else [],
         "abandon": weighted(draw, [(27, None), (1, "before_write"), (1, "after_write"), (1, "mid_stream")]),
+        # frames, as the wire says; a few streams of Flight record batches (the wire before frames)
+        "wire": weighted(draw, [(9, "frames"), (1, "flight")] if malformed else [(39, "frames"), (1, "flight")]),
+        "schema": weighted(
+            draw,
+            [(16, "named"), (1, "missing"), (3, "garbage"), (3, "other")]
+            if malformed
+            else [(60, "named"), (1, "other")],
+        ),
+        "schema_seed": draw(SEEDS),
+        "frame_mutation": frame_mutation(draw, more + 1)
+        if weighted(draw, [(2, False), (1, True)] if malformed else [(9, False), (1, True)])
+        else None,
     }
     if first["layout"] == "zstd_bomb":
         params["compression"] = "zstd"
     return cases.Case(cases.PRODUCE, params)
+
+
+# frame mutations, weighted: those the broker reads first (metadata, declared sizes) most
+FRAME_MUTATION_WEIGHTS = {
+    "metadata": 3,
+    "flip": 2,
+    "flip_metadata": 4,
+    "flip_body": 2,
+    "truncate": 3,
+    "declared_size": 3,
+    "schema_message": 1,
+    "end_marker": 1,
+    "garbage": 1,
+    "no_frame": 1,
+}
+assert set(FRAME_MUTATION_WEIGHTS) == set(MUTATIONS)
+
+
+def frame_mutation(draw: st.DrawFn, batches: int) -> dict[str, Any]:
+    """One frame of a stream of ``batches`` mutated (:mod:`sparklog.fuzz.frames`), from a seed."""
+    return {
+        "kind": weighted(draw, [(w, kind) for kind, w in FRAME_MUTATION_WEIGHTS.items()]),
+        "batch": draw(st.integers(0, batches - 1)),
+        "seed": draw(SEEDS),
+    }
 
 
 # ----------------------------------------------------------------------------------- fetch
@@ -510,6 +558,10 @@ def low_privilege_sweep(topology: Topology) -> list[cases.Case]:
             "producer": 1000,
             "edits": [],
             "abandon": None,
+            "wire": "frames",
+            "schema": "named",
+            "schema_seed": 0,
+            "frame_mutation": None,
         }
         sweep.append(cases.Case(cases.PRODUCE, produce))
         for replica_id in [None, *ids[1:]]:

@@ -1,19 +1,29 @@
 """The contract between clients and brokers, carried by Arrow Flight (no other wire format).
 
 - **Produce**: ``do_put`` with ``FlightDescriptor.for_command(json)`` where the JSON is
-  ``{"type": "produce", "topic", "partition", "acks": "0"|"1"|"all", "producer_id", "first_sequence"}``.
-  The client streams record batches with user columns (``value`` and optionally ``key``,
-  ``timestamp``, ``headers``), each optionally with app metadata ``{"sequence": n}`` (the
-  idempotent producer's sequence of its first record); after appending each batch the broker
-  writes put metadata ``{"base_offset", "last_offset", "count"}`` (JSON) back on the same stream
-  (none for ``acks=0``). With ``acks=all`` that happens once every in-sync replica has the batch.
+  ``{"type": "produce", "topic", "partition", "acks": "0"|"1"|"all", "producer_id",
+  "first_sequence", "schema"}``; ``"schema"`` names the records' schema (the Arrow IPC schema
+  message, base64: user columns ``value`` and optionally ``key``, ``timestamp``, ``headers``). The
+  stream declares the *empty* schema and carries no Flight record batch: each batch travels as a
+  *frame* in a Flight message's app metadata (``write_metadata``): one encapsulated Arrow IPC record
+  batch message (its buffers may be lz4 or zstd compressed) followed by the batch's JSON metadata,
+  optionally ``{"sequence": n}`` (the idempotent producer's sequence of its first record; ``{}`` or
+  nothing when it has none): :mod:`sparklog.protocol.record_frames` writes and reads them. The
+  broker reads the rows and decoded bytes the message declares and refuses it (RECORD_TOO_LARGE)
+  over the topic's ``max.message.bytes`` or the row limit before decompressing anything, and a
+  stream declaring record batch columns (the Flight batches Flight's reader would decode) before
+  reading it (INVALID_REQUEST). After appending each batch the broker writes put metadata
+  ``{"base_offset", "last_offset", "count"}`` (JSON) back on the same stream (none for
+  ``acks=0``). With ``acks=all`` that happens once every in-sync replica has the batch.
 - **Produce to many partitions** (what ``Producer`` uses: one stream per broker, Kafka's
-  ProduceRequest): ``do_put`` with ``{"type": "produce_many", "acks"}``; each batch's app metadata
-  is ``{"t": topic, "p": partition, "pid": producer id, "seq": first sequence, "sv": schema
-  version?, "end": true?}``. After a batch with ``"end"`` the broker answers the request (the
-  batches since the previous end) with one put metadata ``{"r": [{"b": base offset, "l": last
-  offset} | {"e": CODE, "m": message}, ...]}``, one entry per batch in order (nothing with
-  ``acks=0``): :mod:`sparklog.broker.produce_request`.
+  ProduceRequest): ``do_put`` with ``{"type": "produce_many", "acks", "schema"}``, frames as above;
+  each frame's metadata is ``{"t": topic, "p": partition, "pid": producer id, "seq": first
+  sequence, "sv": schema version?, "end": true?}``. After a frame with ``"end"`` the broker answers
+  the request (the batches since the previous end) with one put metadata ``{"r": [{"b": base
+  offset, "l": last offset} | {"e": CODE, "m": message}, ...]}``, one entry per batch in order
+  (nothing with ``acks=0``; a batch refused for its declared size, or one that does not decode with
+  the named schema, fails alone; a frame that cannot be read ends the stream):
+  :mod:`sparklog.broker.produce_request`.
 - **Fetch**: ``do_get`` with ``Ticket(json)``: ``{"topic", "partition", "offset", "max_bytes",
   "max_wait_ms", "replica_id", "leader_epoch"}``. The broker streams stored record batches (columns
   ``offset``, ``timestamp``, ``key``, ``value``, ``headers``) from the batch holding ``offset``, up
