@@ -6,6 +6,7 @@ requests get typed errors and leave every stored record as it was."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from types import SimpleNamespace
 from typing import Any
 
 import pyarrow as pa
@@ -13,6 +14,7 @@ import pytest
 
 from broker_helpers import BrokerProcess, raw_action, read_partition, read_topic, running_broker, typed_error
 from sparklog import Admin, Producer
+from sparklog.broker.record_copy import read_range
 from sparklog.coordination.cluster import ClusterMetadata
 from sparklog.errors import InvalidRecord, InvalidRequest, NotLeader, OffsetOutOfRange, UnknownTopic
 from sparklog.protocol import wire
@@ -141,3 +143,24 @@ def test_a_broker_copies_only_between_partitions_it_leads(zookeeper, tmp_path_fa
             assert read_partition({1: one, 2: two}[leaders[1]].location, "pair", 1) == []
         finally:
             two.stop_or_kill()
+
+
+def test_a_range_ending_in_compacted_offsets_is_refused_not_read_forever() -> None:
+    """A compacted source returns, for an offset the cleaner removed, the batch before it (the one
+    whose records end below it): reading the range must stop there with OffsetOutOfRange. It used
+    to ask for that offset again forever, a broker thread spinning at full CPU after its client
+    gave up (the fuzzer's copy_records from fz-compact, seed 7, case 1520)."""
+    batch = pa.record_batch({"offset": pa.array(range(10, 15), pa.int64()), "value": pa.array([b"v"] * 5)})
+
+    class Compacted:  # offsets 10..14 stored, 15 and on compacted away
+        reads = 0
+
+        def read_stored(self, offset: int, max_bytes: int, upto: int | None = None) -> list[tuple[Any, Any]]:
+            Compacted.reads += 1
+            assert Compacted.reads < 100, "the range is read forever"
+            return [(batch, None)]
+
+    source = SimpleNamespace(log=Compacted(), high_watermark=100, topic=SOURCE, partition=0)
+    with pytest.raises(OffsetOutOfRange, match="compacted or deleted"):
+        read_range(source, 12, 15, 1 << 20)
+    assert read_range(source, 11, 13, 1 << 20).column("value").to_pylist() == [b"v"] * 3

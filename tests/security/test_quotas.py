@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.flight as flight
 import pytest
 from kazoo.client import KazooClient
 
@@ -231,3 +232,64 @@ def test_a_produce_over_the_byte_rate_is_throttled_but_not_a_super_users(
 
     answer = produce_many(secure, broker.port, "admin", batches)  # super users are never throttled
     assert "throttle_ms" not in answer and len(answer["r"]) == 4, answer
+
+
+def lying_frame(batch: pa.RecordBatch, declared: int, metadata: dict[str, object] | None = None) -> bytes:
+    """A zstd frame of ``batch`` whose first buffer announces ``declared`` decompressed bytes."""
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, batch.schema, options=pa.ipc.IpcWriteOptions(compression="zstd")) as writer:
+        writer.write_batch(batch)
+    messages = pa.ipc.MessageReader.open_stream(sink.getvalue())
+    messages.read_next_message()  # the schema's
+    message = bytearray(messages.read_next_message().serialize().to_pybytes())
+    body = 8 + int.from_bytes(message[4:8], "little")  # after the marker, the length and the metadata
+    message[body : body + 8] = declared.to_bytes(8, "little", signed=True)
+    return bytes(message) + wire.encode(metadata or {})
+
+
+@pytest.mark.parametrize("many", [False, True], ids=["produce", "produce_many"])
+def test_a_frame_declaring_more_than_it_may_does_not_run_up_its_producers_quota(
+    secure: SecureSetup, broker: BrokerProcess, many: bool
+) -> None:
+    """A frame is refused from the size it declares; that size, a client's claim, must not be
+    charged to its quota whole: 2^50 bytes at 200 kB/s would throttle the user for 178 years."""
+    with secure.store() as store:
+        AclStore(store.zk, store.layout).add(
+            [AclBinding.parse(ResourcePattern.parse("topic", TOPIC), "User:alice", "*", "Write", "Allow")]
+        )
+        QuotaStore(store.zk, store.layout).set("alice", Quota(producer_byte_rate=200_000))
+    with Admin(bootstrap_servers=f"{HOST}:{broker.port}", config=secure.client("admin")) as admin:
+        admin.create_topic(TOPIC, 1, 1)
+    batch = pa.RecordBatch.from_pylist(
+        [{"timestamp": now_ms(), "key": None, "value": b"x", "headers": None}], wire_schema()
+    )
+    meta = {"t": TOPIC, "p": 0, "end": True}
+    security = ClientSecurity.from_config(secure.client("alice"))
+    client = wire.flight_client(security.location(HOST, broker.port), security=security)
+    options = flight.FlightCallOptions(timeout=30)
+    try:
+        command = (
+            {"type": wire.PRODUCE_MANY, "acks": "1"}
+            if many
+            else {"type": wire.PRODUCE, "topic": TOPIC, "partition": 0, "acks": "1"}
+        )
+        writer, reader = open_produce(client, command, batch.schema, options)
+        started = time.monotonic()
+        writer.write_metadata(pa.py_buffer(lying_frame(batch, 1 << 50, meta if many else None)))
+        try:
+            answer = reader.read()
+            refused = wire.decode(answer)["r"][0]["e"] if answer is not None else None
+            if answer is None:
+                writer.close()
+        except flight.FlightError as exc:
+            refused = wire.from_flight_error(exc).code
+        assert refused == "RECORD_TOO_LARGE", refused
+        assert time.monotonic() - started < 10, "the refused frame's declared size was charged to the quota"
+        writer2, reader2 = open_produce(client, command, batch.schema, options)  # the next produce is served
+        write_frame(writer2, batch, meta if many else None)
+        answer = wire.decode(reader2.read())
+        writer2.close()
+        assert ("b" in answer["r"][0]) if many else ("base_offset" in answer), answer
+        assert answer.get("throttle_ms", 0) < 5000, answer
+    finally:
+        client.close()

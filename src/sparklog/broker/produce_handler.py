@@ -59,12 +59,17 @@ def produce(broker: ProduceTarget, call: ServedCall, reader: Reader, writer: Wri
     broker.leader_partition(topic, p, for_write=True)
     for frame in frames(reader):
         call.recheck()  # an open stream: the caller may still write, its session still holds
+        partition = broker.leader_partition(topic, p, for_write=True)
+        limit = partition.log.config.max_message_bytes
+        # refused before it is charged: what a frame declares is the client's claim, and one
+        # declaring more than the topic takes must not run up the producer's quota
+        frame.check(limit, MAX_BATCH_ROWS)
         call.throttled("produce", frame.declared.decoded_bytes)
         if call.stopping():
             raise NotLeader(f"broker {broker.broker_id} is shutting down")
         if "sequence" in frame.metadata:
             sequence = int_field(frame.metadata, "sequence", -1)  # per batch (idempotence)
-        partition = broker.leader_partition(topic, p, for_write=True)
+        partition = broker.leader_partition(topic, p, for_write=True)  # it may have moved while throttled
         data = frame.decode(schema, partition.log.config.max_message_bytes, MAX_BATCH_ROWS)
         value_schemas = broker.value_schemas.get(topic)
         info = append_produced(partition, data, value_schemas, writer_version, acks, producer_id, sequence)

@@ -138,7 +138,6 @@ class ProduceRequestStream:
         for frame in frames(reader):
             self._session()
             meta = frame.metadata
-            size += frame.declared.decoded_bytes
             tp = (str(meta.get("t")), str(meta.get("p")))
             earlier = failed.get(tp)
             if earlier is not None:  # the batches behind a failed one are not appended (order)
@@ -146,6 +145,8 @@ class ProduceRequestStream:
             else:
                 try:
                     pending.append(self._append(frame))
+                    # what it declared passed the limit: a refused frame's claim is not charged
+                    size += frame.declared.decoded_bytes
                 except SparklogError as exc:  # this batch only
                     pending.append(exc)
                     failed[tp] = exc

@@ -100,6 +100,7 @@ def read_range(source: Partition, first: int, last: int, max_bytes: int) -> pa.R
         stored = plog.read_stored(offset, READ_BYTES, upto=last + 1)
         if not stored:
             break
+        before = offset
         for batch, _header in stored:
             offsets = offsets_of(batch)
             lo = int(np.searchsorted(offsets, offset))
@@ -114,6 +115,8 @@ def read_range(source: Partition, first: int, last: int, max_bytes: int) -> pa.R
                     )
                 pieces.append(piece)
             offset = max(offset, int(offsets[-1]) + 1)
+        if offset == before:  # only a batch ending below ``offset``: the rest was compacted away
+            break
     rows = sum(p.num_rows for p in pieces)
     if rows != last - first + 1:
         raise OffsetOutOfRange(

@@ -80,9 +80,9 @@ class Frame(NamedTuple):
     declared: DeclaredBatch
     metadata: dict[str, Any]
 
-    def decode(self, schema: pa.Schema, max_bytes: int, max_rows: int) -> pa.RecordBatch:
-        """The batch, once its declared size passed: :class:`RecordTooLarge` over ``max_bytes``
-        decoded bytes or ``max_rows`` rows, :class:`InvalidRecord` if it does not decode."""
+    def check(self, max_bytes: int, max_rows: int) -> None:
+        """:class:`RecordTooLarge` if the batch declares more than ``max_bytes`` decoded bytes or
+        ``max_rows`` rows."""
         rows, size = self.declared.rows, self.declared.decoded_bytes
         if rows > max_rows:
             raise RecordTooLarge(
@@ -90,6 +90,11 @@ class Frame(NamedTuple):
             )
         if size > max_bytes:
             raise RecordTooLarge(f"record batch of {size} bytes is larger than max.message.bytes={max_bytes}")
+
+    def decode(self, schema: pa.Schema, max_bytes: int, max_rows: int) -> pa.RecordBatch:
+        """The batch, once its declared size passed (:meth:`check`), :class:`InvalidRecord` if it
+        does not decode."""
+        self.check(max_bytes, max_rows)
         try:
             return pa.ipc.read_record_batch(self.message, schema)
         except (pa.ArrowException, ValueError, OSError) as exc:  # OSError: a message of another schema's buffers
