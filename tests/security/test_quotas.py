@@ -274,7 +274,6 @@ def test_a_frame_declaring_more_than_it_may_does_not_run_up_its_producers_quota(
             else {"type": wire.PRODUCE, "topic": TOPIC, "partition": 0, "acks": "1"}
         )
         writer, reader = open_produce(client, command, batch.schema, options)
-        started = time.monotonic()
         writer.write_metadata(pa.py_buffer(lying_frame(batch, 1 << 50, meta if many else None)))
         try:
             answer = reader.read()
@@ -283,8 +282,8 @@ def test_a_frame_declaring_more_than_it_may_does_not_run_up_its_producers_quota(
                 writer.close()
         except flight.FlightError as exc:
             refused = wire.from_flight_error(exc).code
+        # a charged claim would have held the answer for years: the call's 30 s deadline would end it instead
         assert refused == "RECORD_TOO_LARGE", refused
-        assert time.monotonic() - started < 10, "the refused frame's declared size was charged to the quota"
         writer2, reader2 = open_produce(client, command, batch.schema, options)  # the next produce is served
         write_frame(writer2, batch, meta if many else None)
         answer = wire.decode(reader2.read())
