@@ -146,6 +146,12 @@ def test_handing_over_and_dropping(cluster: ClusterMetadata, replicas: Replicas,
     assert not manager.holds_topic("handed")
     assert not (tmp_path / "data" / "handed-0").exists()
 
+    # The hand-over's state change notifies this broker too; arriving after the drop (the
+    # catalog still names the topic) it must not bring the replica or its directory back.
+    manager.read_state("handed", 0)
+    assert manager.partitions == {}
+    assert not (tmp_path / "data" / "handed-0").exists()
+
 
 class RecordedAssignments:
     """The replicas as the topic watcher sees them: what it was told."""

@@ -210,8 +210,8 @@ class ReplicaManager:
     def _apply_state(self, topic: str, p: int, state: PartitionState, version: int) -> None:
         """Take the leader or follower role a partition state gives this broker."""
         with self._lock:
-            if self._stopped.is_set():
-                return
+            if self._stopped.is_set() or (topic, p) not in self._watched:
+                return  # stopped, or dropped while this notification was on its way
             meta = self._topics.get(topic)
             if meta is None or self.broker_id not in meta.replicas[p]:
                 return  # dropped meanwhile (being deleted), or not a replica here
@@ -330,8 +330,11 @@ class ReplicaManager:
         if partition is None:
             if self.broker_id not in meta.replicas[p]:
                 raise NotLeader(f"broker {self.broker_id} holds no replica of {topic}-{p}")
-            self.read_state(topic, p)
-            partition = self._partition(topic, p)
+            # Asked before the topic's watch reported it: take the topic's replicas now.
+            self.assign(topic, meta)
+            partition = self.partitions.get((topic, p))
+            if partition is None:
+                raise NotLeader(f"broker {self.broker_id} has not yet read the state of {topic}-{p}")
         if not partition.is_leader:
             state = partition.state
             raise NotLeader(
