@@ -24,7 +24,7 @@ from sparklog.broker.lake.union_read import from_lake
 from sparklog.broker.log.batch_codec import BatchHeader
 from sparklog.broker.multi_fetch_server import MultiFetchResponse
 from sparklog.broker.partition import Partition
-from sparklog.broker.replication.fetch_request import ENVELOPE
+from sparklog.broker.replication.fetch_request import FRAMED
 from sparklog.broker.replication.replica_fetch_server import ReplicaFetchResponse
 from sparklog.broker.request_fields import int_field, topic_field
 from sparklog.broker.served_call import ServedBroker, ServedCall, Throttled, unthrottled
@@ -144,7 +144,7 @@ def replica_fetch(broker: ServedBroker, call: ServedCall) -> flight.FlightDataSt
         broker.fetch_sessions,
         broker.full_look_s,
     )
-    return flight.GeneratorStream(ENVELOPE, guarded("a replica fetch", response.messages(call.request)))
+    return flight.GeneratorStream(FRAMED, guarded("a replica fetch", response.messages(call.request)))
 
 
 def multi_fetch(broker: ServedBroker, call: ServedCall) -> flight.FlightDataStream:

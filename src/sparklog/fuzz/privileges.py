@@ -7,7 +7,7 @@ may Read and Write :data:`OWN`, only Write :data:`DROP`, and do nothing on :data
 admin fills every topic the user may not Read with records that carry a marker unique to the run
 (:class:`Secrets`: ``TOPSECRET-<run>:<topic>:<partition>:<n>``). Two invariants follow:
 
-- **leak**: no byte returned to the user (record batch buffers, replica-fetch envelopes decoded,
+- **leak**: no byte returned to the user (record batch buffers, replica-fetch frames decoded,
   app metadata, action answers, error messages) holds the marker, and the topics it may Read never
   come to hold a record carrying it (:class:`ReadableScan` reads them back as admin);
 - **unauthorized**: a request its ACLs do not allow is not answered (:class:`Access`): a produce
@@ -303,28 +303,26 @@ class Secrets:
             start = raw.find(self.marker, start + len(self.marker))
         return hits
 
-    def scan_batch(self, batch: pa.RecordBatch, where: str, depth: int = 0) -> list[str]:
-        """Every buffer of every column of a received batch (validated already), raw; a binary
-        column's values are also opened as Arrow IPC streams (a replica fetch's envelope holds the
-        stored batch so, compressed if the topic's batches are)."""
+    def scan_batch(self, batch: pa.RecordBatch, where: str) -> list[str]:
+        """Every buffer of every column of a received batch (validated already), raw."""
         hits: list[str] = []
         for name, column in zip(batch.schema.names, batch.columns, strict=True):
             for buffer in column.buffers():
                 if buffer is not None and buffer.size:
                     hits += self.find(buffer, f"{where}, column {name!r}")
-            if depth == 0 and pa.types.is_binary(column.type) and name == "batch":
-                for i, value in enumerate(column.to_pylist()):
-                    for inner in _ipc_batches(value):
-                        hits += self.scan_batch(inner, f"{where}, stored batch {i} of the envelope", depth + 1)
         return _unique(hits)
 
     def scan_get(self, got: flight_ops.GetResult, what: str) -> list[str]:
+        """A fetch's answer: its batches, its app metadata raw and, where the metadata is a frame (a
+        replica fetch's stored batches travel so), the batch it holds decoded (compressed or not)."""
         hits: list[str] = []
         for i, batch in enumerate(got.batches):
             hits += self.scan_batch(batch, f"{what}, message {i}")
         for i, meta in enumerate(got.metadata):
             if meta:
                 hits += self.find(meta, f"{what}, app metadata of message {i}")
+                for inner in _ipc_batches(meta):
+                    hits += self.scan_batch(inner, f"{what}, the stored batch in app metadata of message {i}")
         if got.error is not None:
             hits += self.find(got.error.message.encode(errors="replace"), f"{what}, its error")
         return _unique(hits)
@@ -338,6 +336,8 @@ class Secrets:
 
 
 def _ipc_batches(value: bytes | None) -> list[pa.RecordBatch]:
+    """The batches of an Arrow IPC stream at the start of ``value`` (bytes after its end marker
+    ignored), none if it holds none."""
     if not value:
         return []
     try:

@@ -20,11 +20,10 @@ from log_helpers import Clock, config
 from sparklog.broker.log import PartitionLog
 from sparklog.broker.partition import Partition
 from sparklog.broker.replication import replica_fetch_server
-from sparklog.broker.replication.fetch_request import FetchPosition, request
+from sparklog.broker.replication.fetch_request import FetchPosition, read_frame, request
 from sparklog.broker.replication.partition_changes import PartitionChanges
 from sparklog.broker.replication.replica_fetch_server import ReplicaFetchResponse
 from sparklog.coordination.cluster import PartitionState
-from sparklog.protocol import wire
 
 LEADER, FOLLOWER = 1, 2
 NOW = 1_700_000_000_000
@@ -61,7 +60,7 @@ def fetch_all(led: Led) -> dict[str, object]:
 
 def partitions_of(messages: Iterator[tuple[pa.RecordBatch, pa.Buffer]]) -> list[int]:
     """The partition of each message, in order."""
-    return [wire.decode(meta.to_pybytes())["p"] for _message, meta in messages]
+    return [read_frame(meta).metadata["p"] for _message, meta in messages]
 
 
 def test_a_response_streams_each_partition_as_it_reads_it(led: Led) -> None:

@@ -21,14 +21,13 @@ from sparklog.broker.log import PartitionLog
 from sparklog.broker.log.batch_codec import BatchHeader
 from sparklog.broker.partition import Partition
 from sparklog.broker.replication import replica_fetch_server
-from sparklog.broker.replication.fetch_request import FetchPosition, SessionRef, request
+from sparklog.broker.replication.fetch_request import FetchPosition, SessionRef, read_frame, request
 from sparklog.broker.replication.fetch_session import FetchSessionCache
 from sparklog.broker.replication.fetch_session_handler import FetchSessionHandler
 from sparklog.broker.replication.partition_changes import PartitionChanges
 from sparklog.broker.replication.replica_fetch_server import ReplicaFetchResponse
 from sparklog.coordination.cluster import PartitionState
 from sparklog.errors import FetchSessionInvalid, InvalidRequest, TooManyRequests
-from sparklog.protocol import wire
 
 LEADER, FOLLOWER = 1, 2
 NOW = 1_700_000_000_000
@@ -75,7 +74,7 @@ class Leader:
         response = ReplicaFetchResponse(
             self.lookup, self.changes, lambda: False, lambda: False, self.sessions, self.full_look_s
         )
-        return [wire.decode(meta.to_pybytes()) for _message, meta in response.messages(body)]
+        return [read_frame(meta).metadata for _message, meta in response.messages(body)]
 
     def append(self, p: int) -> None:
         self.partitions[("t", p)].append_as_leader(

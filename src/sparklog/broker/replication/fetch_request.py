@@ -19,31 +19,40 @@ partition and opens session S on the leader, which keeps the positions. The next
 then costs nothing per round on either side. A request without ``session_id`` is a full fetch with
 no session.
 
-Response: a stream of schema :data:`ENVELOPE` (partitions of different topics have different
-schemas, and a Flight stream has one): each message is one row holding one stored batch as an
-Arrow IPC stream (its schema, then the batch), with app metadata ``{"t", "p", "h" (the batch's
-stored header), "hw", "lso"}``; a partition with nothing to send but a new high watermark gets an
-empty message with ``{"t", "p", "hw", "lso"}``, and a partition the leader cannot serve
-``{"t", "p", "error": CODE, "message"}``. At most ``max_bytes`` per partition and
-``MAX_RESPONSE_BYTES`` in all go in one response.
+Response: a stream that declares no columns (:data:`FRAMED`; partitions of different topics have
+different schemas, and a Flight stream has one), each message carrying its content in its app
+metadata as a frame. A frame holding a stored batch is one Arrow IPC stream (the batch's schema,
+the batch, the end marker) followed by JSON ``{"t", "p", "h" (the batch's stored header), "hw",
+"lso"}``; a partition with nothing to send but a new high watermark gets JSON alone, ``{"t", "p",
+"hw", "lso"}``, and a partition the leader cannot serve ``{"t", "p", "error": CODE, "message"}``.
+At most ``max_bytes`` per partition and ``MAX_RESPONSE_BYTES`` in all go in one response.
+
+Why frames: Arrow Flight decodes (and decompresses) a message's record batch before the receiver's
+code sees it, so a batch in the message body could make a follower allocate without bound. A frame
+is read by the follower first as bytes: :func:`read_frame` checks what the batch's own metadata
+declares (:mod:`sparklog.protocol.ipc_metadata`) and decodes it only if it decodes to at most
+``MAX_RESPONSE_BYTES`` or the frame's own size (a leader sends stored batches uncompressed: their
+decoded size is what was received).
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import Any, NamedTuple
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.ipc as ipc
 
 from sparklog.errors import InvalidRecord, InvalidRequest
 from sparklog.protocol import wire
+from sparklog.protocol.ipc_metadata import declared_batch
 
 REPLICA_FETCH = "replica_fetch"
-ENVELOPE = pa.schema([pa.field("batch", pa.binary(), nullable=False)])
+FRAMED = pa.schema([])  # what a response stream declares: its content travels as frames
+EMPTY = pa.RecordBatch.from_arrays([], schema=FRAMED)  # the (empty) body of every response message
 MAX_PARTITIONS = 100_000
 MAX_RESPONSE_BYTES = 64 << 20
+OFFSET_BYTES = 8  # a stored record's offset (an int64 column every stored batch has)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -109,29 +118,75 @@ def request(
     }
 
 
-def envelope(batch: pa.RecordBatch) -> pa.RecordBatch:
-    """One stored batch as a message of the response stream."""
+def frame(batch: pa.RecordBatch, metadata: dict[str, Any]) -> pa.Buffer:
+    """One stored batch and its metadata as a response message's app metadata (one copy of the
+    batch's buffers)."""
     sink = pa.BufferOutputStream()
     with ipc.new_stream(sink, batch.schema) as writer:
         writer.write_batch(batch)
-    data = sink.getvalue()
-    offsets = pa.py_buffer(np.array([0, data.size], dtype=np.int32).tobytes())
-    column = pa.Array.from_buffers(pa.binary(), 1, [None, offsets, data])  # no copy of the bytes
-    return pa.RecordBatch.from_arrays([column], schema=ENVELOPE)
+    sink.write(wire.encode(metadata))
+    return sink.getvalue()
 
 
-def empty_envelope() -> pa.RecordBatch:
-    return pa.RecordBatch.from_pylist([], schema=ENVELOPE)
+def metadata_frame(metadata: dict[str, Any]) -> pa.Buffer:
+    """A response message without a batch (a new high watermark, an error)."""
+    return pa.py_buffer(wire.encode(metadata))
 
 
-def unwrap(message: pa.RecordBatch) -> pa.RecordBatch:
-    """The stored batch a response message carries (zero-copy over the received buffer);
-    :class:`InvalidRecord` if it is not one IPC stream of one batch."""
-    if message.num_rows != 1 or not message.schema.equals(ENVELOPE):
-        raise InvalidRecord("a replica fetch message must carry exactly one batch")
+class ReplicaFrame(NamedTuple):
+    """A received response message: its metadata, and the stored batch's messages (not decoded)."""
+
+    metadata: dict[str, Any]
+    schema: ipc.Message | None
+    message: ipc.Message | None
+    size: int  # the frame's bytes as received
+
+    def batch(self) -> pa.RecordBatch | None:
+        """The stored batch (zero-copy over the received bytes), decoded only if it declares at most
+        ``MAX_RESPONSE_BYTES`` decoded bytes (or the frame's own size) and no more records than those
+        bytes can hold; :class:`InvalidRecord` if it declares more or does not decode."""
+        if self.schema is None or self.message is None:
+            return None
+        declared = declared_batch(self.message)
+        limit = max(MAX_RESPONSE_BYTES, self.size)
+        if declared.decoded_bytes > limit:
+            raise InvalidRecord(
+                f"a replicated batch declares {declared.decoded_bytes} decoded bytes, more than the {limit} "
+                "a frame may decode to"
+            )
+        if declared.rows * OFFSET_BYTES > declared.decoded_bytes:  # every stored record has its offset
+            raise InvalidRecord(
+                f"a replicated batch declares {declared.rows} records in {declared.decoded_bytes} bytes "
+                f"(a stored record takes at least {OFFSET_BYTES})"
+            )
+        try:
+            return ipc.read_record_batch(self.message, ipc.read_schema(self.schema))
+        except (pa.ArrowException, OSError, ValueError) as exc:
+            raise InvalidRecord(f"unreadable replicated batch: {exc}") from None
+
+
+def read_frame(data: pa.Buffer) -> ReplicaFrame:
+    """A response message's app metadata, split into its parts (nothing decoded yet);
+    :class:`InvalidRequest` if it is not a frame."""
+    schema = message = None
+    rest = data
+    if data.size and data[0] != ord("{"):
+        source = pa.BufferReader(data)
+        try:
+            schema = ipc.read_message(source)
+            message = ipc.read_message(source)
+            end = ipc.read_message(source)
+        except EOFError:  # the stream's end marker: what follows is the metadata
+            end = None
+        except (pa.ArrowException, OSError, ValueError) as exc:
+            raise InvalidRequest(f"a replica fetch frame is not an Arrow IPC stream: {exc}") from None
+        if end is not None or message is None or schema.type != "schema":
+            raise InvalidRequest("a replica fetch frame must hold one schema and one record batch")
+        rest = data.slice(source.tell())
     try:
-        reader = ipc.open_stream(message.column(0)[0].as_buffer())
-        batch = reader.read_next_batch()
-    except (pa.ArrowException, StopIteration, OSError) as exc:
-        raise InvalidRecord(f"unreadable replicated batch: {exc}") from None
-    return batch
+        metadata = wire.decode(rest)
+    except (ValueError, UnicodeDecodeError, RecursionError):
+        raise InvalidRequest("a replica fetch message's metadata is not valid JSON") from None
+    if not isinstance(metadata, dict):
+        raise InvalidRequest("a replica fetch message's metadata must be a JSON object")
+    return ReplicaFrame(metadata, schema, message, data.size)

@@ -15,7 +15,7 @@ from sparklog.broker.log.batch_codec import BatchHeader
 from sparklog.broker.replication import fetch_request
 from sparklog.broker.replication.fetch_request import FetchPosition
 from sparklog.broker.replication.fetch_session_handler import FetchSessionHandler
-from sparklog.errors import SparklogError, error_from_code
+from sparklog.errors import InvalidRecord, SparklogError, error_from_code
 from sparklog.protocol import wire
 
 FETCH_TIMEOUT_MARGIN_S = 5.0  # past max_wait_ms: a frozen leader must not hold the fetcher for long
@@ -74,6 +74,8 @@ class FlightLeaderEndPoint:
         answered = False
         try:
             reader = self._client().do_get(flight.Ticket(wire.encode(body)), options)
+            if len(reader.schema):  # its batches would be decoded (decompressed) before any check
+                raise SparklogError(f"leader {self.leader_id} answered a replica fetch with record batch columns")
             while True:
                 try:
                     chunk = reader.read_chunk()
@@ -109,18 +111,26 @@ class FlightLeaderEndPoint:
 
 
 def _item(chunk: flight.FlightStreamChunk) -> FetchedItem:
+    """One response message (:class:`SparklogError` if it names no partition: the whole answer is
+    unusable)."""
     if chunk.app_metadata is None:
         raise SparklogError("a replica fetch message came without its metadata")
-    meta = wire.decode(chunk.app_metadata)
-    topic, partition = str(meta["t"]), int(meta["p"])
+    try:
+        frame = fetch_request.read_frame(chunk.app_metadata)
+        meta = frame.metadata
+        topic, partition = str(meta["t"]), int(meta["p"])
+    except (KeyError, TypeError, ValueError) as exc:
+        raise SparklogError(f"a replica fetch message names no partition: {exc!r}") from None
     if "error" in meta:
         return FetchedItem(topic, partition, error=error_from_code(str(meta["error"]), str(meta.get("message", ""))))
-    hw, lso = int(meta["hw"]), int(meta["lso"])
-    if "h" not in meta:
-        return FetchedItem(topic, partition, hw, lso)
     try:
+        hw, lso = int(meta["hw"]), int(meta["lso"])
+        batch = frame.batch()
+        if batch is None:
+            return FetchedItem(topic, partition, hw, lso)
         header, _crc = BatchHeader.decode(meta["h"])
-        batch = fetch_request.unwrap(chunk.data)
+    except (KeyError, TypeError, ValueError) as exc:
+        return FetchedItem(topic, partition, error=InvalidRecord(f"a replica fetch message lacks {exc!r}"))
     except SparklogError as exc:  # this partition's batch is unusable; the others are not
         return FetchedItem(topic, partition, error=exc)
     return FetchedItem(topic, partition, hw, lso, batch, header)

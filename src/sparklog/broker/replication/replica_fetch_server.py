@@ -30,11 +30,12 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from sparklog.broker.replication.fetch_request import (
+    EMPTY,
     MAX_PARTITIONS,
     MAX_RESPONSE_BYTES,
     FetchPosition,
-    empty_envelope,
-    envelope,
+    frame,
+    metadata_frame,
 )
 from sparklog.broker.replication.fetch_session import FULL_LOOK_S, FetchSessionCache
 from sparklog.broker.replication.partition_changes import PartitionChanges
@@ -50,7 +51,6 @@ BUILD_BUDGET_S = 0.5  # a response that has sent something takes no more partiti
 # how often building a response asks whether the follower went away: the call's is_cancelled()
 # releases the GIL, and getting it back on a busy broker costs up to a switch interval (5 ms)
 CANCEL_CHECK_S = 0.05
-EMPTY_ENVELOPE = empty_envelope()  # immutable: one for every message that carries no batch
 TopicPartition = tuple[str, int]
 LeaderLookup = Callable[[str, int], "Partition"]  # the partition if this broker leads it (NotLeader, UnknownTopic)
 
@@ -198,14 +198,14 @@ class ReplicaFetchResponse:
                 out = []
                 for batch, header in stored:
                     meta = {**head, "h": header.encode(crc=b"00000000"), "hw": hw, "lso": lso}
-                    message = envelope(batch)
-                    budget -= message.get_total_buffer_size()
-                    out.append((message, pa.py_buffer(wire.encode(meta))))
+                    message = frame(batch, meta)
+                    budget -= message.size
+                    out.append((EMPTY, message))
                 if not stored and hw != position.high_watermark:
-                    out.append((EMPTY_ENVELOPE, pa.py_buffer(wire.encode({**head, "hw": hw, "lso": lso}))))
+                    out.append((EMPTY, metadata_frame({**head, "hw": hw, "lso": lso})))
             except SparklogError as exc:
                 error = {**head, "error": exc.code, "message": str(exc)[:500]}
-                out = [(EMPTY_ENVELOPE, pa.py_buffer(wire.encode(error)))]
+                out = [(EMPTY, metadata_frame(error))]
             sent = sent or bool(out)
             yield from out  # outside the try: an error sending is not this partition's
 
