@@ -311,6 +311,12 @@ def error_from_code(code: str, message: str) -> SparklogError:
     return _all_error_types().get(code, SparklogError)(message)
 
 
+class BrokerIdInUse(InvalidRequest):
+    """Another live broker is registered under this broker's id."""
+
+    code = "BROKER_ID_IN_USE"
+
+
 class DirectoryInUse(SparklogError):
     """A data directory is locked by another process (a broker, a ZooKeeper, `sparklog up`)."""
 

@@ -10,9 +10,11 @@ from typing import Any
 
 import pytest
 
-from broker_helpers import BrokerProcess, ping, raw_action, raw_fetch
+from broker_helpers import BrokerProcess, child_env, ping, raw_action, raw_fetch
 from sparklog import Admin, Producer
 from sparklog.broker.fetch_handler import MAX_WAIT_MS
+from sparklog.coordination.cluster import ClusterMetadata
+from sparklog.local_cluster import broker_command
 from sparklog.protocol import wire
 
 TOPIC = "lifecycle"
@@ -89,3 +91,30 @@ def test_ping_and_list_offsets_answer(start_broker: Any, sparklog_connect: str) 
         "leader_epoch": 0,
         "offset_for_time": 1,
     }
+
+
+def test_a_second_broker_with_a_live_id_stops_before_taking_any_role(
+    start_broker: Any, sparklog_connect: str, tmp_path: Any
+) -> None:
+    """A second ``--id 1`` (another data dir) beside a live broker 1 is refused at registration,
+    at once (the registered broker listens: no crashed session to wait out), before it watches any
+    topic: it never takes the partitions' roles, and their leader epochs stay as they were."""
+    live = start_broker(1)
+    with Admin(sparklog_connect) as admin:
+        admin.create_topic("owned", 2, 1)
+    with ClusterMetadata(sparklog_connect) as cluster:
+        before = [cluster.partition_state("owned", p) for p in range(2)]
+        assert all(state.leader == 1 for state in before)
+        second = subprocess.run(
+            broker_command(1, 0, tmp_path / "second", sparklog_connect),
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env=child_env(),
+        )
+        assert second.returncode == 1, second
+        output = second.stdout + second.stderr
+        assert f"registered by a live broker listening on 127.0.0.1:{live.port}" in output, output
+        assert "leads" not in output and "ISR" not in output and "Traceback" not in output, output
+        assert [cluster.partition_state("owned", p) for p in range(2)] == before
+    assert ping(live.location) == 1

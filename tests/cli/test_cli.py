@@ -27,12 +27,12 @@ import pytest
 from kazoo.client import KazooClient
 from kazoo.exceptions import NoAuthError
 
+from broker_helpers import registered_brokers
 from sparklog import Consumer
 from sparklog.cli.common import CliError, format_table, parse_configs, parse_time, zookeeper_hosts
 from sparklog.cli.consume import format_batch
 from sparklog.coordination.ports import free_port, port_is_open
 from sparklog.coordination.zookeeper_server import four_letter_word
-from sparklog.errors import SparklogError
 from waiting import wait_for
 
 CLI = [sys.executable, "-m", "sparklog.cli.main"]
@@ -320,35 +320,21 @@ def test_zookeeper_not_running_fails_fast() -> None:
 
 
 def test_stopped_broker_is_a_clear_error(brokers: Brokers) -> None:
-    """With its only broker stopped, a topic is a clear one-line error: ``consume`` rides out the
-    failure for the CLI's short retry window only, so it reports while a library Consumer (default
-    window) that started polling first is still retrying; ``produce`` fails before it reads any input
-    (its lines would wait out the whole delivery timeout for nothing)."""
+    """With its only broker stopped, ``consume`` warns once that the partition cannot be read,
+    naming the cause, and waits for it (Kafka's console consumer does) until ``--timeout-ms``;
+    ``produce`` fails with a one-line error before it reads any input (its lines would wait out the
+    whole delivery timeout for nothing)."""
     zk = brokers.connect
     brokers.start(1)
     ok("topics", "create", "t", "--partitions", "1", zk=zk)
     ok("produce", "t", zk=zk, input="a\nb\n")
     assert brokers.stop(1) == 0
 
-    stop, gave_up = threading.Event(), threading.Event()
-
-    def library_consumer() -> None:  # the library's default retry_timeout_s
-        try:
-            with Consumer("t", zookeeper=zk, auto_offset_reset="earliest") as library:
-                while not stop.is_set():
-                    library.poll(0.5)
-        except SparklogError:
-            gave_up.set()
-
-    retrying = threading.Thread(target=library_consumer, daemon=True)
-    retrying.start()
-    try:
-        assert_one_line_error(run_cli("consume", "t", "--from-beginning", zk=zk), "broker 1", "not live")
-        assert not gave_up.is_set(), "the CLI rode out the failure as long as a library consumer does"
-    finally:
-        stop.set()
-        retrying.join(60)
-    assert gave_up.is_set()  # the library consumer did meet the failure, and gave up later
+    waited = ok("consume", "t", "--from-beginning", "--timeout-ms", "15000", zk=zk)
+    assert waited.stdout == ""
+    warnings = [line for line in waited.stderr.splitlines() if line.startswith("sparklog: warning:")]
+    assert len(warnings) == 1, waited.stderr
+    assert "t-0 cannot be read" in warnings[0] and "broker 1" in warnings[0], warnings
 
     with subprocess.Popen(
         [*CLI, "--zookeeper", zk, "produce", "t"],
@@ -368,6 +354,46 @@ def test_stopped_broker_is_a_clear_error(brokers: Brokers) -> None:
     described = ok("topics", "describe", "t", zk=zk)  # still describes what ZooKeeper knows
     assert table(described.stdout, "PARTITION")[0]["LOG-END-OFFSET"] == "-"
     assert "warning" in described.stderr
+
+
+def test_consumers_read_the_partitions_that_have_leaders(brokers: Brokers) -> None:
+    """Two of a topic's partitions lose their only broker: ``consume`` prints every record of the
+    others and a warning for each leaderless one; a library Consumer reads the others, lists the
+    leaderless ones in ``stalled()`` without raising, and reads them once their broker is back."""
+    zk = brokers.connect
+    brokers.start(1)
+    brokers.start(2)
+    wait_for(lambda: set(registered_brokers(zk)) == {1, 2}, 30, "both brokers to register")
+    ok("topics", "create", "x2", "--partitions", "4", zk=zk)
+    for p in range(4):
+        ok("produce", "x2", "--partition", str(p), zk=zk, input=f"p{p}-a\np{p}-b\n")
+    leaders = {
+        int(row["PARTITION"]): int(row["LEADER"])
+        for row in table(ok("topics", "describe", "x2", zk=zk).stdout, "PARTITION")
+    }
+    assert sorted(set(leaders.values())) == [1, 2], leaders
+    down = sorted(p for p, leader in leaders.items() if leader == 2)
+    up = sorted(p for p, leader in leaders.items() if leader == 1)
+    assert brokers.stop(2) == 0
+
+    consumed = ok("consume", "x2", "--from-beginning", "--timeout-ms", "15000", zk=zk)
+    assert sorted(consumed.stdout.split()) == sorted(f"p{p}-{x}" for p in up for x in "ab")
+    warned = sorted(int(m) for m in re.findall(r"sparklog: warning: x2-(\d+) cannot be read", consumed.stderr))
+    assert warned == down, consumed.stderr
+
+    with Consumer("x2", zookeeper=zk, auto_offset_reset="earliest", retry_timeout_s=2) as consumer:
+        got: list[bytes] = []
+
+        def read_until(done: Callable[[], bool]) -> bool:
+            got.extend(r.value for r in consumer.poll(0.5))
+            return done()
+
+        wait_for(lambda: read_until(lambda: set(consumer.stalled()) == {("x2", p) for p in down}), 60, "stalled")
+        assert sorted(got) == sorted(f"p{p}-{x}".encode() for p in up for x in "ab")
+        brokers.start(2)
+        wait_for(lambda: read_until(lambda: len(got) == 8), 90, lambda: f"the rest after broker 2 is back: {got}")
+        assert consumer.stalled() == {}
+    assert sorted(got) == sorted(f"p{p}-{x}".encode() for p in range(4) for x in "ab")
 
 
 # ----------------------------------------------------------------- topics

@@ -15,6 +15,7 @@ cleanly on SIGTERM (handing its leaderships over first)."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import signal
@@ -50,8 +51,9 @@ from sparklog.broker.topic_catalog import TopicCatalog
 from sparklog.broker.topic_watcher import TopicWatcher
 from sparklog.coordination.cluster import BrokerInfo, ClusterMetadata
 from sparklog.coordination.lake_offsets import LakeOffsets
+from sparklog.coordination.ports import port_is_open
 from sparklog.dir_lock import DirLock
-from sparklog.errors import InvalidRequest
+from sparklog.errors import BrokerIdInUse, InvalidRequest
 from sparklog.schemas.registry import SchemaRegistry
 from sparklog.schemas.value_schema import ValueSchema
 from sparklog.security.broker_config import BrokerSecurity, Listener
@@ -172,6 +174,9 @@ class Broker:
         try:
             return self._start()
         except BaseException:
+            if self._started:  # listening, connected: close what was opened (a refused registration)
+                with contextlib.suppress(Exception):
+                    self.stop(grace_s=0)
             self._dir_lock.release()
             raise
 
@@ -209,6 +214,7 @@ class Broker:
         self._port = bound[0][0].port
         ports = {listener.protocol: listener.port for listener, _ in bound}
         self.endpoints = [Listener(a.protocol, a.host, a.port or ports[a.protocol]) for a in self.security.advertised]
+        self._register()  # before taking any role: a second broker with this id stops here
         ChildrenWatch(cluster.zk, cluster.layout.broker_ids, self._on_brokers)
         self.topic_watcher.start()
         MaintenanceLoop(
@@ -217,7 +223,6 @@ class Broker:
             every_interval=[self.logs.maintain],
             interval_s=self.maintenance_interval_s,
         ).start()
-        self._register()
         self.replicas.replication.start_fetching()  # not before: see ReplicaFetcherManager
         self.controller = Controller(self)
         self.controller.start()
@@ -228,12 +233,13 @@ class Broker:
         return self
 
     def _register(self) -> None:
-        """Register in ZooKeeper; after a crash the previous session's node lingers until that
-        session expires, so wait for it (a little longer than a session timeout)."""
+        """Register in ZooKeeper. After a crash the previous session's node lingers until that
+        session expires, so wait for it (a little longer than a session timeout); but a node whose
+        broker still listens is another live broker with this id: refused at once."""
         deadline = time.monotonic() + 2 * self.session_timeout_s + 10
+        first = self.endpoints[0]
         while True:
             try:
-                first = self.endpoints[0]
                 self.cluster.register_broker(
                     self.broker_id,
                     first.host,
@@ -243,6 +249,13 @@ class Broker:
                 )
                 return
             except InvalidRequest:
+                holder = self.cluster.brokers().get(self.broker_id)
+                elsewhere = holder is not None and (holder.host, holder.port) != (first.host, first.port)
+                if holder is not None and elsewhere and port_is_open(holder.host, holder.port):
+                    raise BrokerIdInUse(
+                        f"broker id {self.broker_id} is registered by a live broker listening on "
+                        f"{holder.host}:{holder.port}; give this broker another --id"
+                    ) from None
                 if time.monotonic() > deadline:
                     raise
                 log.info("broker id %s is still registered by an old session; waiting", self.broker_id)

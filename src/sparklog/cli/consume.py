@@ -226,6 +226,8 @@ class _Printer:
         # With a group: the next offset to commit per partition, and what ZooKeeper holds already.
         self.positions: dict[tuple[str, int], int] = {}
         self.committed: dict[tuple[str, int], int] = {}
+        self.stalled: set[tuple[str, int]] = set()  # reported as unreadable, not read since
+        self.assigned: set[tuple[str, int]] = set()  # the group's partitions of this member
 
     def _follow_assignment(self, consumer: Any) -> None:
         assigned = consumer.assignment()
@@ -233,9 +235,26 @@ class _Printer:
             if tp not in assigned:  # moved to another member: not ours to commit any more
                 self.positions.pop(tp)
                 self.committed.pop(tp, None)
+        known = consumer.positions()  # one whose leader is unreachable has none until it is read
         for tp in assigned:
-            if tp not in self.positions:
-                self.positions[tp] = consumer.position(tp[1], topic=tp[0])
+            if tp not in self.positions and tp in known:
+                self.positions[tp] = known[tp]
+        self.assigned = set(assigned)
+
+    def _report_stalled(self, consumer: Any) -> None:
+        """A warning for each partition that became unreadable (the others are read on) and a note
+        when it is read again: Kafka's console consumer keeps reading what it can."""
+        stalled = consumer.stalled()
+        for (topic, p), error in sorted(stalled.items()):
+            if (topic, p) not in self.stalled:
+                print(
+                    f"sparklog: warning: {topic}-{p} cannot be read ({error}); reading the other partitions "
+                    "and retrying it",
+                    file=sys.stderr,
+                )
+        for topic, p in sorted(self.stalled - set(stalled)):
+            print(f"sparklog: {topic}-{p} is read again", file=sys.stderr)
+        self.stalled = set(stalled)
 
     def _commit(self, consumer: Any) -> None:
         changed = {tp: off for tp, off in self.positions.items() if self.committed.get(tp) != off}
@@ -262,6 +281,7 @@ class _Printer:
                         break
                     wait = min(wait, left)
                 batches = consumer.poll_batches(wait)
+                self._report_stalled(consumer)
                 if self.group:
                     self._follow_assignment(consumer)
                 for batch in batches:
@@ -271,7 +291,7 @@ class _Printer:
                     out.flush()  # written out before it counts (and before it is committed)
                     self.printed += batch.num_rows
                     tp = (batch.column("topic")[0].as_py(), batch.column("partition")[0].as_py())
-                    if tp in self.positions:
+                    if tp in self.assigned:
                         self.positions[tp] = batch.column("offset")[-1].as_py() + 1
                     if (limit is not None and self.printed >= limit) or self.stop_requested:
                         break

@@ -15,7 +15,7 @@ from sparklog.client.cluster_view import ClusterView
 from sparklog.client.flight_clients import FlightClients
 from sparklog.client.zookeeper_view import ZooKeeperView
 from sparklog.coordination.cluster import BrokerInfo, ClusterMetadata, TopicMetadata
-from sparklog.errors import BrokerNotAvailable, InvalidRequest, RequestTimedOut, SparklogError
+from sparklog.errors import BrokerNotAvailable, InvalidRequest, RequestTimedOut, SparklogError, error_from_code
 from sparklog.protocol import wire
 from sparklog.schemas.value_schema import ValueSchema
 from sparklog.security.client_config import PLAINTEXT, ClientSecurity
@@ -192,13 +192,24 @@ class ClusterClient:
     ) -> dict[tuple[str, int], dict[str, Any]]:
         """:meth:`list_offsets` of many partitions: one action per leader broker; a partition its
         leader could not answer (it moved, ...) is asked again on its own, with retries."""
+        out, failed = self.list_offsets_once(partitions, timestamp)
+        for tp in failed:
+            out[tp] = self.list_offsets(*tp, timestamp=timestamp)  # retried, or raises
+        return out
+
+    def list_offsets_once(
+        self, partitions: Iterable[tuple[str, int]], timestamp: int | None = None
+    ) -> tuple[dict[tuple[str, int], dict[str, Any]], dict[tuple[str, int], SparklogError]]:
+        """:meth:`list_offsets` of many partitions, one action per leader broker and no retry:
+        (the answers, the error of each partition that got none)."""
         by_leader: dict[BrokerInfo, list[tuple[str, int]]] = {}
         out: dict[tuple[str, int], dict[str, Any]] = {}
+        failed: dict[tuple[str, int], SparklogError] = {}
         for tp in partitions:
             try:
                 by_leader.setdefault(self.leader(*tp), []).append(tp)
-            except SparklogError:
-                out[tp] = self.list_offsets(*tp, timestamp=timestamp)  # retried, or raises
+            except SparklogError as exc:
+                failed[tp] = exc
         for broker, tps in by_leader.items():
             body: dict[str, Any] = {"partitions": [{"topic": t, "partition": p} for t, p in tps]}
             if timestamp is not None:
@@ -207,13 +218,16 @@ class ClusterClient:
             try:
                 results = list(self.flight(broker).do_action(flight.Action(wire.LIST_OFFSETS, wire.encode(body))))
                 answers = wire.decode(results[0].body)["results"]
-            except flight.FlightError:
-                answers = [None] * len(tps)
+            except flight.FlightError as exc:
+                error = wire.from_flight_error(exc, f"broker {broker.broker_id}")
+                failed.update((tp, error) for tp in tps)
+                continue
             for tp, answer in zip(tps, answers, strict=True):
-                if answer is None or "error" in answer:
-                    answer = self.list_offsets(*tp, timestamp=timestamp)
-                out[tp] = answer
-        return out
+                if "error" in answer:
+                    failed[tp] = error_from_code(str(answer["error"]), str(answer.get("message", "")))
+                else:
+                    out[tp] = answer
+        return out, failed
 
     def close(self) -> None:
         self.view.close()

@@ -15,6 +15,7 @@ the consumer's heartbeats, so members of one group share its partitions however 
 
 from __future__ import annotations
 
+import logging
 import queue
 import time
 import uuid
@@ -36,6 +37,8 @@ from sparklog.protocol import fetch_columns
 from sparklog.protocol.multi_fetch import MultiFetchRequest
 from sparklog.schemas.codec import encode_avro
 from sparklog.schemas.projection import parse_fields
+
+log = logging.getLogger(__name__)
 
 TopicPartition = tuple[str, int]
 SessionKey = tuple[int, str, int]  # (broker id, topic, connection)
@@ -72,8 +75,11 @@ class Consumer:
     ``session_timeout_s`` is the ZooKeeper session: a member that dies is noticed (and its
     partitions reassigned) after about that long (ZooKeeper enforces at least 2 ticks, 4 s by default);
     with bootstrap servers it is the member's session at the broker hosting it (heartbeats).
-    A fetch that fails with a retriable error (leader moved, broker down) is retried for up to
-    ``retry_timeout_s``.
+    A partition whose fetch fails with a retriable error (no leader, leader moved, broker down)
+    is retried (with backoff, re-reading its leader) while the other partitions are read, as
+    Kafka's consumer does; once it has failed for ``retry_timeout_s`` it is reported: a warning
+    in the log, and in :meth:`stalled` until records are read from it again. Other errors end the
+    poll.
 
     A group member returns from its constructor with its first assignment, or after
     ``FIRST_ASSIGNMENT_WAIT_S`` without one when other members must first give partitions up
@@ -135,6 +141,8 @@ class Consumer:
         self._generation: dict[TopicPartition, int] = {}  # bumped by a seek: what was read before is dropped
         self._unrouted: dict[TopicPartition, float] = {}  # partitions to give a session, and from when
         self._refused: dict[TopicPartition, tuple[float, int, float]] = {}  # (first, count, last) refusals
+        self._awaiting_reset: set[TopicPartition] = set()  # assigned, no position yet (leader unreachable)
+        self._stalled: dict[TopicPartition, SparklogError] = {}  # refused for retry_timeout_s: why
         self._results: Results = queue.SimpleQueue()
         self._woken = False  # wakeup() was called and no poll has returned for it yet
         self._failed: BaseException | None = None  # a fetch's error, raised by the next poll
@@ -173,7 +181,7 @@ class Consumer:
             return
         self._check_membership(part)
         if part.release:
-            self._assigned, self._positions = [], {}
+            self._assigned, self._positions, self._awaiting_reset = [], {}, set()
             self._close_sessions()
             part.release_set()
         if part.allocating and not self._assigned:
@@ -202,23 +210,36 @@ class Consumer:
             raise InvalidRequest(f"lost membership of group {self.group!r}")
 
     def _assign(self, partitions: list[TopicPartition]) -> None:
+        """Take these partitions from their committed offsets, or where ``auto_offset_reset`` puts
+        them; a partition whose leader cannot say where that is now waits for it (it is asked
+        again as the partition is routed) while the others are read."""
         self._assigned = sorted(partitions)
         committed = self._client.view.committed_offsets(self.group) if self.group else {}
-        reset = self._reset_positions([tp for tp in self._assigned if tp not in committed])
+        reset, unreachable = self._reset_positions([tp for tp in self._assigned if tp not in committed])
         now = time.monotonic()
+        self._awaiting_reset = set()
         for tp in self._assigned:
-            self._positions[tp] = committed[tp] if tp in committed else reset[tp]
+            self._positions.pop(tp, None)
+            if tp in committed or tp in reset:
+                self._positions[tp] = committed[tp] if tp in committed else reset[tp]
+            else:
+                self._awaiting_reset.add(tp)
             self._generation[tp] = self._generation.get(tp, 0) + 1
             self._unrouted[tp] = now
+        for tp, error in unreachable.items():
+            self._refuse(tp, error)
 
-    def _reset_positions(self, tps: list[TopicPartition]) -> dict[TopicPartition, int]:
+    def _reset_positions(
+        self, tps: list[TopicPartition]
+    ) -> tuple[dict[TopicPartition, int], dict[TopicPartition, SparklogError]]:
         """Where partitions without a committed offset start (``auto_offset_reset``), asked of each
-        leader once for all its partitions."""
+        leader once for all its partitions: (the positions, why the others have none yet)."""
         if tps and self.auto_offset_reset == "none":
             tp = tps[0]
             raise OffsetOutOfRange(f"no committed offset for {tp[0]}-{tp[1]} and auto_offset_reset=none")
         key = "log_start_offset" if self.auto_offset_reset == "earliest" else "high_watermark"
-        return {tp: offsets[key] for tp, offsets in self._client.list_offsets_many(tps).items()}
+        answers, failed = self._client.list_offsets_once(tps)
+        return {tp: offsets[key] for tp, offsets in answers.items()}, failed
 
     def assignment(self) -> list[TopicPartition]:
         """The (topic, partition) pairs this consumer reads now."""
@@ -247,6 +268,14 @@ class Consumer:
         groups: dict[SessionKey, dict[int, tuple[int, int]]] = {}
         brokers = {}
         spread: dict[str, int] = {}  # topic -> how many brokers lead its partitions
+        waiting = [tp for tp, due in self._unrouted.items() if due <= now and tp in self._awaiting_reset]
+        if waiting:
+            reset, unreachable = self._reset_positions(waiting)
+            for tp, position in reset.items():
+                self._positions[tp] = position
+                self._awaiting_reset.discard(tp)
+            for tp, error in unreachable.items():
+                self._refuse(tp, error)
         for tp, due in list(self._unrouted.items()):
             if due > now:
                 continue
@@ -283,20 +312,37 @@ class Consumer:
         return min(self._unrouted.values(), default=None)
 
     def _refuse(self, tp: TopicPartition, error: BaseException, session: FetchSession | None = None) -> None:
-        """A partition's fetch failed: retried after a backoff if the error is retriable and
-        ``retry_timeout_s`` has not passed since it first failed, else raised."""
+        """A partition's fetch failed: a retriable error is retried after a backoff (and reported
+        once the partition has been refused for ``retry_timeout_s``), any other is raised."""
         now = time.monotonic()
         since, refusals, last = self._refused.get(tp, (now, 0, now))
         if now - last > self.max_wait_ms / 1000 + REFUSALS_APART_S:
             since, refusals = now, 0  # served in between (a refused partition is refused again at once)
-        if not isinstance(error, SparklogError) or not error.retriable or now - since > self._client.retry_timeout_s:
+        if not isinstance(error, SparklogError) or not error.retriable:
             self._refused.pop(tp, None)
+            self._stalled.pop(tp, None)
             self._unrouted[tp] = now  # fetched again if the caller goes on polling
             raise error
         if isinstance(error, BrokerNotAvailable) and session is not None:
             self._client.forget(session.broker)  # the next session connects anew
+        if now - since > self._client.retry_timeout_s:
+            if tp not in self._stalled:
+                log.warning(
+                    "%s-%s could not be read for %.0f s (%s); reading the other partitions and retrying it",
+                    tp[0],
+                    tp[1],
+                    now - since,
+                    error,
+                )
+            self._stalled[tp] = error
         self._refused[tp] = (since, refusals + 1, now)
         self._unrouted[tp] = now + min(RETRY_BACKOFF_S[0] * 2**refusals, RETRY_BACKOFF_S[1])
+
+    def stalled(self) -> dict[TopicPartition, SparklogError]:
+        """The assigned partitions that could not be read for ``retry_timeout_s`` or more, each
+        with its last error. They are retried; a partition leaves this when records are read from
+        it again (one that recovered with nothing new to read stays until it has some)."""
+        return dict(self._stalled)
 
     def poll_batches(self, timeout: float = 1.0) -> list[pa.RecordBatch]:
         """Record batches from the current positions (columns ``topic``, ``partition``, ``offset``,
@@ -366,6 +412,8 @@ class Consumer:
                 continue
             if self._refused:
                 self._refused.pop(tp, None)
+            if self._stalled and self._stalled.pop(tp, None) is not None:
+                log.warning("%s-%s is read again", tp[0], tp[1])
             position = self._positions[tp]
             batch = self._trim(batch, position)
             if batch.num_rows:
@@ -390,7 +438,7 @@ class Consumer:
         for session in sessions:
             session.close()
         self._sessions, self._session_of = {}, {}
-        self._unrouted, self._refused = {}, {}
+        self._unrouted, self._refused, self._stalled = {}, {}, {}
         return sessions
 
     def _as_avro(self, topic: str, batch: pa.RecordBatch) -> pa.RecordBatch:
@@ -430,13 +478,25 @@ class Consumer:
     # ----------------------------------------------------------------- positions
     def _tp(self, partition: int, topic: str | None) -> TopicPartition:
         tp = (topic or self.topics[0], partition)
-        if tp not in self._positions:
+        if tp not in self._positions and tp not in self._awaiting_reset:
             raise InvalidRequest(f"{tp[0]}-{tp[1]} is not assigned to this consumer")
         return tp
 
     def position(self, partition: int, topic: str | None = None) -> int:
-        """The offset of the next record this consumer will read from the partition."""
-        return self._positions[self._tp(partition, topic)]
+        """The offset of the next record this consumer will read from the partition (for one
+        still waiting for its leader to say where ``auto_offset_reset`` puts it, asked now, with
+        the client's retries)."""
+        tp = self._tp(partition, topic)
+        if tp in self._awaiting_reset:
+            key = "log_start_offset" if self.auto_offset_reset == "earliest" else "high_watermark"
+            self._positions[tp] = self._client.list_offsets(*tp)[key]
+            self._awaiting_reset.discard(tp)
+        return self._positions[tp]
+
+    def positions(self) -> dict[TopicPartition, int]:
+        """The positions of the assigned partitions that have one (without waiting: a partition
+        whose leader could not yet say where ``auto_offset_reset`` puts it has none)."""
+        return {tp: self._positions[tp] for tp in self._assigned if tp in self._positions}
 
     def seek(self, partition: int, offset: int, topic: str | None = None) -> None:
         if offset < 0:
@@ -452,6 +512,7 @@ class Consumer:
         moved: dict[FetchSession, dict[int, tuple[int, int]]] = {}
         for tp, offset in offsets.items():
             self._positions[tp] = offset
+            self._awaiting_reset.discard(tp)
             self._generation[tp] = self._generation.get(tp, 0) + 1
             session = self._session_of.get(tp)
             if session is not None:
