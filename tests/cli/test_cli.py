@@ -821,3 +821,17 @@ def test_up_secure_runs_a_cluster_only_its_admin_reaches(tmp_path: Path) -> None
             proc.kill()
             code = proc.wait()
     assert code == 0, proc.stderr.read().decode() if proc.stderr else ""
+
+
+# ----------------------------------------------------------------- habits of Kafka's tools
+def test_acks_minus_one_means_all_wherever_acks_is_taken(one_broker: str) -> None:
+    """Kafka's tools take ``--acks -1`` for ``all``; so does every command with ``--acks``."""
+    from sparklog.cli.main import build_parser
+
+    parser = build_parser()
+    assert parser.parse_args(["produce", "t", "--acks", "-1"]).acks == "all"
+    assert parser.parse_args(["bench", "latency", "--acks", "-1"]).acks == "all"
+    zk = one_broker
+    ok("topics", "create", "acked", zk=zk)
+    ok("produce", "acked", "--acks", "-1", zk=zk, input="a\nb\n")
+    assert ok("consume", "acked", "--from-beginning", "--max-messages", "2", zk=zk).stdout.split() == ["a", "b"]

@@ -6,7 +6,7 @@ import argparse
 import json
 import sys
 
-from sparklog.cli.common import CliError, add_zookeeper_option
+from sparklog.cli.common import CliError, add_acks_option, add_zookeeper_option
 
 # option name -> (type, help); only options given on the command line reach the scenario, so each
 # scenario keeps its own defaults (see sparklog/bench/)
@@ -37,7 +37,7 @@ def add_bench(sub: argparse._SubParsersAction) -> None:
     for name, (type_, help_) in OPTIONS.items():
         p.add_argument(f"--{name}", type=type_, default=None, help=help_)
     p.add_argument("--compression", choices=["none", "lz4", "zstd"], default=None)
-    p.add_argument("--acks", choices=["0", "1", "all"], default=None)
+    add_acks_option(p, None, "produce, latency: acknowledgement level, 0, 1, all or -1 (= all); default 1")
     p.add_argument(
         "--fields",
         default=None,

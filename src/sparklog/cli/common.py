@@ -58,6 +58,19 @@ def add_command_config_option(parser: argparse.ArgumentParser) -> None:
     )
 
 
+# --acks as Kafka's tools take it: 0, 1, all, and -1 (the same as all)
+ACKS_CHOICES = ("0", "1", "all", "-1")
+
+
+def add_acks_option(parser: argparse.ArgumentParser, default: str | None, help: str) -> None:
+    """``--acks 0|1|all|-1`` (``-1`` is read as ``all``, as Kafka's producer reads it)."""
+    parser.add_argument("--acks", type=_acks, choices=ACKS_CHOICES, default=default, help=help)
+
+
+def _acks(text: str) -> str:
+    return "all" if text.strip() == "-1" else text.strip()
+
+
 def parse_configs(items: Iterable[str] | None) -> dict[str, str]:
     """``["retention.ms=1000", ...]`` -> ``{"retention.ms": "1000"}``; refuses anything without ``=``."""
     out: dict[str, str] = {}

@@ -11,6 +11,7 @@ from typing import Any, BinaryIO
 
 from sparklog.cli.common import (
     CliError,
+    add_acks_option,
     add_cluster_options,
     bootstrap_servers,
     client_config,
@@ -57,7 +58,11 @@ def add_produce(sub: argparse._SubParsersAction) -> None:
     p.add_argument("topic", metavar="TOPIC")
     p.add_argument("--key-separator", metavar="SEP", help="split each line into key SEP value")
     p.add_argument("--partition", type=int, metavar="P", help="send every record to partition P")
-    p.add_argument("--acks", choices=["0", "1", "all"], default="1", help="acknowledgement level (default 1)")
+    add_acks_option(
+        p,
+        "1",
+        "acknowledgement level: 0 (none), 1 (the leader stored it), all or -1 (every in-sync replica did); default 1",
+    )
     p.add_argument("--quiet", "-q", action="store_true", help="do not print the count on standard error")
     p.add_argument(
         "--ignore-errors",
