@@ -835,3 +835,22 @@ def test_acks_minus_one_means_all_wherever_acks_is_taken(one_broker: str) -> Non
     ok("topics", "create", "acked", zk=zk)
     ok("produce", "acked", "--acks", "-1", zk=zk, input="a\nb\n")
     assert ok("consume", "acked", "--from-beginning", "--max-messages", "2", zk=zk).stdout.split() == ["a", "b"]
+
+
+def test_a_zookeeper_host_name_that_does_not_resolve_is_named_as_such() -> None:
+    """A typo in the ZooKeeper host name is not "nothing is listening there": the error says the
+    name does not resolve (``.invalid`` never does, RFC 2606); with a resolvable address beside it
+    that nothing listens on, both are said."""
+    name = "no-such-zookeeper.invalid"
+    dead = f"127.0.0.1:{free_port()}"
+    _all_one_line_errors(
+        [
+            (("topics", "list"), {"zk": f"{name}:2181"}, (f"host name '{name}' does not resolve", "--zookeeper")),
+            (("consume", "t"), {"zk": f"{name}:2181/chroot"}, (f"host name '{name}' does not resolve",)),
+            (("broker", "--id", "1", "--port", "0"), {"zk": f"{name}:2181"}, (f"'{name}' does not resolve",)),
+            (("groups", "list"), {"env": {"SPARKLOG_ZOOKEEPER": f"{name}:2181"}}, (f"'{name}' does not resolve",)),
+            (("topics", "list"), {"zk": f"{name}:2181,{dead}"}, (f"nothing is listening at {dead}", f"'{name}' does")),
+        ]
+    )
+    for case in (("topics", "list"), ("consume", "t")):
+        assert "nothing is listening there" not in run_cli(*case, zk=f"{name}:2181").stderr

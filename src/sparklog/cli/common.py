@@ -124,16 +124,45 @@ def zookeeper_hosts(connect: str) -> list[tuple[str, int]]:
 
 
 def check_zookeeper(connect: str) -> None:
-    """Fail at once, with one clear line, when nothing listens on any of the ZooKeeper addresses
-    (kazoo would otherwise retry for its whole connection timeout)."""
+    """Fail at once, with one clear line, when none of the ZooKeeper addresses can be reached: a
+    host name that does not resolve is named as such, else nothing listens there (kazoo would
+    otherwise retry for its whole connection timeout)."""
     from sparklog.coordination.ports import port_is_open
     from sparklog.errors import CoordinatorNotAvailable
 
-    if not any(port_is_open(host, port, timeout=2.0) for host, port in zookeeper_hosts(connect)):
+    unresolved: list[str] = []
+    silent: list[str] = []
+    for host, port in zookeeper_hosts(connect):
+        problem = _name_problem(host, port)
+        if problem is not None:
+            unresolved.append(f"host name {host!r} does not resolve ({problem})")
+        elif port_is_open(host, port, timeout=2.0):
+            return
+        else:
+            silent.append(f"{host}:{port}")
+    if not silent:
         raise CoordinatorNotAvailable(
-            f"cannot reach ZooKeeper at {connect}: nothing is listening there "
-            f"(start one with 'sparklog up' or 'sparklog zookeeper', or pass --zookeeper)"
+            f"cannot reach ZooKeeper at {connect}: {'; '.join(unresolved)}: check the host name given "
+            f"with --zookeeper (or env {ZOOKEEPER_ENV})"
         )
+    reasons = "nothing is listening there" if not unresolved else f"nothing is listening at {', '.join(silent)}"
+    raise CoordinatorNotAvailable(
+        f"cannot reach ZooKeeper at {connect}: {'; '.join([reasons, *unresolved])} "
+        f"(start one with 'sparklog up' or 'sparklog zookeeper', or pass --zookeeper)"
+    )
+
+
+def _name_problem(host: str, port: int) -> str | None:
+    """Why ``host`` has no address (the resolver's words), or None when it resolves."""
+    import socket
+
+    try:
+        socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except socket.gaierror as exc:
+        return exc.strerror or str(exc)
+    except UnicodeError:  # a label too long or empty: no name a resolver would take
+        return "not a valid host name"
+    return None
 
 
 def bootstrap_servers(args: argparse.Namespace) -> str | None:
