@@ -854,3 +854,36 @@ def test_a_zookeeper_host_name_that_does_not_resolve_is_named_as_such() -> None:
     )
     for case in (("topics", "list"), ("consume", "t")):
         assert "nothing is listening there" not in run_cli(*case, zk=f"{name}:2181").stderr
+
+
+def test_a_partition_without_a_leader_is_said_to_have_none_once(brokers: Brokers) -> None:
+    """When every broker of a partition's in-sync replicas is down the controller leaves it without
+    a leader (-1): commands say the partition has no leader and where its replicas are (not that
+    "broker -1" is not live), in one line: a warning from describe, an error elsewhere."""
+    zk = brokers.connect
+    brokers.start(1)
+    brokers.start(2)
+    ok("topics", "create", "big", "--partitions", "2", zk=zk)
+    leaders = {
+        p["partition"]: p["leader"]
+        for p in json.loads(ok("topics", "describe", "big", "--json", zk=zk).stdout)["partitions"]
+    }
+    down = leaders[0]
+    assert brokers.stop(down) == 0
+
+    def leaderless() -> bool:
+        info = json.loads(ok("topics", "describe", "big", "--json", zk=zk).stdout)
+        return info["partitions"][0]["leader"] == -1
+
+    wait_for(leaderless, 60, "the controller to leave big-0 without a leader")
+    said = f"big-0 has no leader (the brokers of its in-sync replicas are down; its replicas are on broker(s) {down})"
+    described = ok("topics", "describe", "big", zk=zk)
+    assert described.stderr.splitlines() == [f"sparklog: warning: {said}"]
+    rows = table(described.stdout, "PARTITION")
+    assert rows[0]["LOG-END-OFFSET"] == "-" and rows[1]["LOG-END-OFFSET"] == "0"
+    for args, kwargs in (
+        (("produce", "big", "--partition", "0"), {"input": "a\n"}),
+        (("consume", "big", "--partition", "0", "--offset", "0"), {}),
+    ):
+        line = assert_one_line_error(run_cli(*args, zk=zk, **kwargs), said)
+        assert "broker -1" not in line and "not live" not in line

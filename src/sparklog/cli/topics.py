@@ -142,8 +142,10 @@ def _describe(args: argparse.Namespace) -> int:
         ),
     )
     for p in partitions:
-        if p.get("error"):
-            print(f"sparklog: warning: partition {p['partition']}: {p['error']}", file=sys.stderr)
+        error = p.get("error")
+        if error:
+            where = f"{info['topic']}-{p['partition']}"
+            print(f"sparklog: warning: {error if where in error else f'{where}: {error}'}", file=sys.stderr)
     return 0
 
 

@@ -14,7 +14,7 @@ from typing import Any
 from sparklog.client.broker_view import BrokerView
 from sparklog.client.cluster_address import resolve
 from sparklog.client.cluster_admin import BrokerAdmin, ClusterAdmin, ZooKeeperAdmin
-from sparklog.client.cluster_client import DEFAULT_ZOOKEEPER, ClusterClient
+from sparklog.client.cluster_client import DEFAULT_ZOOKEEPER, ClusterClient, no_leader_message
 from sparklog.coordination.cluster import ClusterMetadata, TopicMetadata
 from sparklog.errors import GroupNotEmpty, InvalidRequest, UnknownGroup, UnknownTopic
 from sparklog.schemas.value_schema import ValueSchema
@@ -112,6 +112,10 @@ class Admin:
                 "replicas": replicas,
                 "isr": state.isr,
             }
+            if state.leader < 0:  # nothing to ask (and no use retrying): say why once
+                entry.update(log_start_offset=None, log_end_offset=None, error=no_leader_message(name, p, replicas))
+                partitions.append(entry)
+                continue
             try:
                 offsets = self._client.list_offsets(name, p)
                 entry.update(log_start_offset=offsets["log_start_offset"], log_end_offset=offsets["log_end_offset"])
