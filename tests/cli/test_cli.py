@@ -887,3 +887,31 @@ def test_a_partition_without_a_leader_is_said_to_have_none_once(brokers: Brokers
     ):
         line = assert_one_line_error(run_cli(*args, zk=zk, **kwargs), said)
         assert "broker -1" not in line and "not live" not in line
+
+
+def test_typed_produce_errors_name_the_input_line_counted_from_one(one_broker: str, tmp_path: Path) -> None:
+    """A JSON line a typed topic's schema refuses is named by its line number (from 1, as every
+    produce error), not by its row in the batch the producer built (from 0); it fails alone, the
+    lines sent with it are delivered."""
+    zk = one_broker
+    schema = tmp_path / "reading.avsc"
+    schema.write_text(json.dumps({"type": "record", "name": "Reading", "fields": [{"name": "a", "type": "long"}]}))
+    ok("topics", "create", "readings", "--value-schema", str(schema), zk=zk)
+
+    lines = ['{"a": 1}', '{"a": "x"}', '{"a": 3}']
+    stopped = run_cli("produce", "readings", zk=zk, input="\n".join(lines) + "\n")
+    error = assert_one_line_error(stopped, 'line 2 (b\'{"a": "x"}\')', "field 'a' must be long, got str 'x'")
+    assert "row" not in error and "line 1" not in error
+    consumed = ok("consume", "readings", "--from-beginning", "--timeout-ms", "2000", zk=zk).stdout.splitlines()
+    assert json.loads(consumed[0]) == {"a": 1} and all(json.loads(v)["a"] != "x" for v in consumed)
+
+    many = [json.dumps({"a": i}) for i in range(1, 3001)]
+    many[1233] = json.dumps({"a": None})
+    kept_on = run_cli("produce", "readings", "--ignore-errors", zk=zk, input="\n".join(many) + "\n")
+    assert kept_on.returncode == 1 and "Traceback" not in kept_on.stderr
+    errors = [line for line in kept_on.stderr.splitlines() if line.startswith("sparklog: error: ")]
+    assert len(errors) == 1 and errors[0].startswith("sparklog: error: line 1234 ("), kept_on.stderr
+    assert "row" not in errors[0]
+    assert "produced 2999 record(s) to readings; 1 line(s) lost" in kept_on.stderr
+    values = ok("consume", "readings", "--from-beginning", "--timeout-ms", "2000", "-q", zk=zk).stdout.splitlines()
+    assert sorted(json.loads(v)["a"] for v in values[len(consumed) :]) == [i for i in range(1, 3001) if i != 1234]

@@ -18,7 +18,7 @@ from sparklog.cli.common import (
     cluster_client,
 )
 from sparklog.client.cluster_client import ClusterClient
-from sparklog.errors import BrokerNotAvailable, SparklogError
+from sparklog.errors import BrokerNotAvailable, InvalidRecord, SparklogError
 
 RECORD_OVERHEAD_BYTES = 64  # a record's offset, timestamp and lengths in a batch of one, roughly
 _QUOTED_BYTES = 40  # how much of a line an error message quotes
@@ -118,6 +118,14 @@ class _Deliveries:
                 self.failed.append((number, head, exc))
 
 
+def _undelivered(error: BaseException) -> str:
+    """How a line that failed after ``send()`` is reported: refused (its record is invalid: a
+    typed value its topic's schema refuses...) or not delivered (anything else)."""
+    if isinstance(error, InvalidRecord):
+        return f"was refused: {error}"
+    return f"was not delivered: {error}"
+
+
 def _line_error(number: int, head: bytes, problem: str) -> str:
     return f"line {number} ({head!r}{'...' if len(head) >= _QUOTED_BYTES else ''}) {problem}"
 
@@ -207,11 +215,11 @@ def run_produce(args: argparse.Namespace) -> int:
     delivered = deliveries.sent - len(failed)
     if args.ignore_errors:
         for number, head, error in failed:
-            print(f"sparklog: error: {_line_error(number, head, f'was not delivered: {error}')}", file=sys.stderr)
+            print(f"sparklog: error: {_line_error(number, head, _undelivered(error))}", file=sys.stderr)
     elif failed:
         number, head, error = failed[0]
         after = sum(1 for f in failed if f[0] > number)
-        stopped_at = _line_error(number, head, f"was not delivered: {error}")
+        stopped_at = _line_error(number, head, _undelivered(error))
         stopped_at += f"; {delivered} line(s) were delivered"
         if deliveries.sent - number > 0:
             stopped_at += (
