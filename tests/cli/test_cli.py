@@ -915,3 +915,24 @@ def test_typed_produce_errors_name_the_input_line_counted_from_one(one_broker: s
     assert "produced 2999 record(s) to readings; 1 line(s) lost" in kept_on.stderr
     values = ok("consume", "readings", "--from-beginning", "--timeout-ms", "2000", "-q", zk=zk).stdout.splitlines()
     assert sorted(json.loads(v)["a"] for v in values[len(consumed) :]) == [i for i in range(1, 3001) if i != 1234]
+
+
+def test_topics_describe_without_a_name_describes_every_topic(one_broker: str) -> None:
+    """As ``kafka-topics --describe`` without ``--topic``: every topic, a blank line between them
+    (with ``--json`` one object a line)."""
+    zk = one_broker
+    assert ok("topics", "describe", zk=zk).stdout == ""
+    ok("topics", "create", "alpha", "--partitions", "2", zk=zk)
+    ok("topics", "create", "beta", "--config", "retention.ms=60000", zk=zk)
+    ok("produce", "beta", zk=zk, input="x\ny\n")
+
+    blocks = ok("topics", "describe", zk=zk).stdout.split("\n\n")
+    assert len(blocks) == 2, blocks
+    assert blocks[0].startswith("Topic: alpha  Partitions: 2  ReplicationFactor: 1")
+    assert [(r["PARTITION"], r["LEADER"]) for r in table(blocks[0], "PARTITION")] == [("0", "1"), ("1", "1")]
+    assert blocks[1].startswith("Topic: beta  Partitions: 1") and "retention.ms=60000" in blocks[1].splitlines()[0]
+    assert [r["LOG-END-OFFSET"] for r in table(blocks[1], "PARTITION")] == ["2"]
+
+    infos = [json.loads(line) for line in ok("topics", "describe", "--json", zk=zk).stdout.splitlines()]
+    assert [(i["topic"], len(i["partitions"])) for i in infos] == [("alpha", 2), ("beta", 1)]
+    assert ok("topics", "describe", "beta", "--json", zk=zk).stdout.count("\n") == 1  # one topic named: as before

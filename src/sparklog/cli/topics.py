@@ -17,6 +17,7 @@ from sparklog.cli.common import (
     read_text_file,
 )
 from sparklog.coordination.cluster import NUM_PARTITIONS_MAX
+from sparklog.errors import UnknownTopic
 from sparklog.names import check_not_internal, check_topic_name
 
 DESCRIBE_HEADERS = ("PARTITION", "LEADER", "REPLICAS", "ISR", "LOG-START-OFFSET", "LOG-END-OFFSET")
@@ -60,14 +61,15 @@ def add_topics(sub: argparse._SubParsersAction) -> None:
     p = tsub.add_parser(
         "describe",
         help="per partition: leader, replicas, in-sync replicas, log start and end offsets",
-        description="Prints a line 'Topic: NAME  Partitions: P  ReplicationFactor: R  Partitioner: murmur2|fnv1a  "
-        "Configs: k=v,...' (the partitioner places keyed records: murmur2, Kafka's, for topics created "
-        "since sparklog has it; fnv1a for older ones), "
+        description="Describes topic NAME, or every topic when NAME is left out (as kafka-topics --describe "
+        "without --topic; a blank line between topics). For each it prints a line 'Topic: NAME  Partitions: P  "
+        "ReplicationFactor: R  Partitioner: murmur2|fnv1a  Configs: k=v,...' (the partitioner places keyed "
+        "records: murmur2, Kafka's, for topics created since sparklog has it; fnv1a for older ones), "
         "then a table with one row per partition: PARTITION LEADER REPLICAS ISR LOG-START-OFFSET "
         "LOG-END-OFFSET (broker ids comma-separated; '-' where a partition's leader is unreachable).",
     )
-    p.add_argument("name", metavar="NAME")
-    p.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
+    p.add_argument("name", metavar="NAME", nargs="?", help="the topic to describe (default: every topic)")
+    p.add_argument("--json", action="store_true", help="print one JSON object per topic (one a line) instead of tables")
     add_cluster_options(p)
     p.set_defaults(handler=_describe)
 
@@ -113,13 +115,30 @@ def _list(args: argparse.Namespace) -> int:
 
 
 def _describe(args: argparse.Namespace) -> int:
-    check_topic_name(args.name)
+    if args.name is not None:
+        check_topic_name(args.name)
     with admin(args) as client:
-        info = client.describe_topic(args.name)
+        names = [args.name] if args.name is not None else client.list_topics()
+        described = 0
+        for name in names:
+            try:
+                info = client.describe_topic(name)
+            except UnknownTopic:
+                if args.name is not None:
+                    raise
+                continue  # deleted since it was listed
+            if args.json:
+                print(json.dumps(info), flush=True)
+            else:
+                if described:
+                    print()
+                _print_topic(info)
+            described += 1
+    return 0
+
+
+def _print_topic(info: dict[str, Any]) -> None:
     partitions = info["partitions"]
-    if args.json:
-        print(json.dumps(info))
-        return 0
     rf = len(partitions[0]["replicas"]) if partitions else 0
     print(
         f"Topic: {info['topic']}  Partitions: {len(partitions)}  ReplicationFactor: {rf}  "
@@ -141,12 +160,12 @@ def _describe(args: argparse.Namespace) -> int:
             for p in partitions
         ),
     )
+    sys.stdout.flush()  # the table before its warnings
     for p in partitions:
         error = p.get("error")
         if error:
             where = f"{info['topic']}-{p['partition']}"
             print(f"sparklog: warning: {error if where in error else f'{where}: {error}'}", file=sys.stderr)
-    return 0
 
 
 def _delete(args: argparse.Namespace) -> int:
