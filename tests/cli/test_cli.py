@@ -936,3 +936,67 @@ def test_topics_describe_without_a_name_describes_every_topic(one_broker: str) -
     infos = [json.loads(line) for line in ok("topics", "describe", "--json", zk=zk).stdout.splitlines()]
     assert [(i["topic"], len(i["partitions"])) for i in infos] == [("alpha", 2), ("beta", 1)]
     assert ok("topics", "describe", "beta", "--json", zk=zk).stdout.count("\n") == 1  # one topic named: as before
+
+
+def test_topics_alter_adds_partitions_and_deletes_config_overrides(brokers: Brokers) -> None:
+    """``topics alter --partitions N`` grows a topic as ``kafka-topics --alter --partitions`` does
+    (through ZooKeeper or a broker): the new partitions get the topic's replication factor, their
+    replicas follow and join the ISR, and they take and serve records; fewer or as many is a clear
+    error that changes nothing. ``--delete-config`` removes per-topic overrides."""
+    zk = brokers.connect
+    brokers.start(1)
+    bootstrap = ("--bootstrap-server", f"127.0.0.1:{brokers.start(2)}")
+    ok("topics", "create", "orders", "--partitions", "2", "--replication-factor", "2",
+       "--config", "retention.ms=60000", "--config", "segment.bytes=1048576", zk=zk)  # fmt: skip
+    ok("produce", "orders", "--partition", "1", zk=zk, input="old\n")
+
+    altered = ok("topics", "alter", "orders", "--partitions", "5", zk=zk)
+    assert altered.stdout.splitlines() == ["altered topic orders: partitions 2 -> 5"]
+    assert "keyed records of orders are placed among 5 partitions" in altered.stderr
+
+    def described() -> dict[str, Any]:
+        return json.loads(ok("topics", "describe", "orders", "--json", zk=zk).stdout)
+
+    def in_sync(count: int) -> bool:
+        parts = described()["partitions"]
+        return len(parts) == count and all(sorted(p["isr"]) == [1, 2] and p["leader"] in (1, 2) for p in parts)
+
+    wait_for(lambda: in_sync(5), 60, "the new partitions' replicas to be in sync")
+    info = described()
+    assert [sorted(p["replicas"]) for p in info["partitions"]] == [[1, 2]] * 5
+    assert {p["replicas"][0] for p in info["partitions"]} == {1, 2}  # leaders spread as a new topic's
+    assert [p["log_end_offset"] for p in info["partitions"]] == [0, 1, 0, 0, 0]  # nothing moved
+
+    ok("produce", "orders", "--partition", "4", zk=zk, input="new\n")
+    read = ok("consume", "orders", "--partition", "4", "--offset", "0", "--max-messages", "1", zk=zk)
+    assert read.stdout == "new\n"
+    ok("produce", "orders", "--key-separator", ":", zk=zk, input="".join(f"key-{i}:v{i}\n" for i in range(200)))
+    assert all(p["log_end_offset"] > 0 for p in described()["partitions"])  # keys spread over all five
+
+    # through a broker (CreatePartitions), then refusals that change nothing
+    assert "partitions 5 -> 6" in ok("topics", "alter", "orders", "--partitions", "6", *bootstrap).stdout
+    wait_for(lambda: in_sync(6), 60, "partition 5's replicas to be in sync")
+    assert_one_line_error(run_cli("topics", "alter", "orders", "--partitions", "3", zk=zk),
+                          "'orders' has 6 partitions", "can only be increased", "would remove 3")  # fmt: skip
+    assert_one_line_error(run_cli("topics", "alter", "orders", "--partitions", "6", *bootstrap), "already has 6")
+    refused = run_cli("topics", "alter", "orders", "--partitions", "2", "--config", "retention.ms=1000", zk=zk)
+    assert_one_line_error(refused, "can only be increased")
+    first = ok("topics", "describe", "orders", zk=zk).stdout.splitlines()[0]
+    assert "Partitions: 6" in first and "retention.ms=60000" in first
+
+    # --delete-config: back to the defaults (comma-separated or repeated; ZooKeeper or a broker)
+    deleted = ok("topics", "alter", "orders", "--delete-config", "retention.ms,segment.bytes", zk=zk)
+    assert deleted.stdout.splitlines() == ["altered topic orders: configs partitioner=murmur2"]
+    ok("topics", "alter", "orders", "--config", "retention.ms=5000", "--config", "flush.ms=10", *bootstrap)
+    ok("topics", "alter", "orders", "--delete-config", "retention.ms", "--delete-config", "flush.ms", *bootstrap)
+    assert json.loads(ok("topics", "describe", "orders", "--json", zk=zk).stdout)["configs"] == {
+        "partitioner": "murmur2"
+    }
+    _all_one_line_errors(
+        [
+            (("topics", "alter", "orders"), {"zk": zk}, ("nothing to alter", "--partitions", "--delete-config")),
+            (("topics", "alter", "orders", "--delete-config", "no.such"), {"zk": zk}, ("unknown topic config",)),
+            (("topics", "alter", "orders", "--delete-config", "partitioner"), {"zk": zk}, ("cannot be deleted",)),
+            (("topics", "alter", "nope", "--partitions", "3"), {"zk": zk}, ("unknown topic 'nope'",)),
+        ]
+    )

@@ -16,7 +16,7 @@ from sparklog.cli.common import (
     print_table,
     read_text_file,
 )
-from sparklog.coordination.cluster import NUM_PARTITIONS_MAX
+from sparklog.coordination.cluster import NUM_PARTITIONS_MAX, check_deletable_configs, check_partition_increase
 from sparklog.errors import UnknownTopic
 from sparklog.names import check_not_internal, check_topic_name
 
@@ -78,9 +78,35 @@ def add_topics(sub: argparse._SubParsersAction) -> None:
     add_cluster_options(p)
     p.set_defaults(handler=_delete)
 
-    p = tsub.add_parser("alter", help="change configs of a topic")
-    p.add_argument("name", metavar="NAME")
-    p.add_argument("--config", action="append", required=True, metavar="KEY=VALUE", help="repeat for several")
+    p = tsub.add_parser(
+        "alter",
+        help="add partitions to a topic, set or remove its configs",
+        description="Grows topic NAME to --partitions N (kafka-topics --alter --partitions: never fewer; keyed "
+        "records are placed by the new count from then on, so a key's later records may land in another "
+        "partition), sets configs (--config) and removes per-topic overrides (--delete-config: the topic then "
+        "has the default, as kafka-configs --delete-config). The partition count is checked first, then "
+        "configs change, then partitions are added.",
+    )
+    p.add_argument("name", metavar="NAME", help="the topic to alter")
+    p.add_argument(
+        "--partitions",
+        type=int,
+        metavar="N",
+        help=f"grow the topic to N partitions in all (more than now, at most {NUM_PARTITIONS_MAX}); default: unchanged",
+    )
+    p.add_argument(
+        "--config",
+        action="append",
+        metavar="KEY=VALUE",
+        help="set a topic config (retention.ms, cleanup.policy, ...); repeat for several; default: none set",
+    )
+    p.add_argument(
+        "--delete-config",
+        action="append",
+        metavar="KEY[,KEY]",
+        help="remove per-topic overrides (the topic gets the default); comma-separated or repeated; "
+        "default: none removed",
+    )
     add_cluster_options(p)
     p.set_defaults(handler=_alter)
 
@@ -179,7 +205,23 @@ def _delete(args: argparse.Namespace) -> int:
 def _alter(args: argparse.Namespace) -> int:
     check_not_internal(args.name, "alter")
     configs = parse_configs(args.config)
+    deleted = [key.strip() for item in args.delete_config or () for key in item.split(",") if key.strip()]
+    if args.partitions is None and not configs and not deleted:
+        raise CliError("nothing to alter: give --partitions N, --config KEY=VALUE or --delete-config KEY")
+    check_deletable_configs(deleted, configs)  # before connecting: the one error to show
     with admin(args) as client:
-        meta = client.alter_topic(args.name, configs)
-    print(f"altered topic {meta.name}: configs {_configs_text(meta.configs)}")
+        before = client.topic(args.name).partitions  # UnknownTopic first
+        if args.partitions is not None:
+            check_partition_increase(args.name, before, args.partitions)  # before any config changes
+        if configs or deleted:
+            meta = client.alter_topic(args.name, configs, delete=deleted)
+            print(f"altered topic {meta.name}: configs {_configs_text(meta.configs)}")
+        if args.partitions is not None:
+            meta = client.create_partitions(args.name, args.partitions)
+            print(f"altered topic {meta.name}: partitions {before} -> {meta.partitions}")
+            print(
+                f"sparklog: warning: keyed records of {meta.name} are placed among {meta.partitions} partitions from "
+                "now on: a key's new records may go to another partition than its earlier ones",
+                file=sys.stderr,
+            )
     return 0

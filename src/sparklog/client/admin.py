@@ -8,7 +8,7 @@ reads and writes ZooKeeper itself, as before (:mod:`sparklog.client.cluster_admi
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from sparklog.client.broker_view import BrokerView
@@ -87,8 +87,20 @@ class Admin:
     def delete_topic(self, name: str) -> None:
         self.view.delete_topic(name)
 
-    def alter_topic(self, name: str, configs: Mapping[str, Any]) -> TopicMetadata:
-        return self.view.alter_topic_configs(name, configs)
+    def alter_topic(
+        self, name: str, configs: Mapping[str, Any] | None = None, *, delete: Sequence[str] = ()
+    ) -> TopicMetadata:
+        """Set ``configs`` of a topic and remove its overrides named in ``delete`` (the topic then
+        has the default; ``partitioner`` cannot be removed). Through brokers: Alter on the topic."""
+        return self.view.alter_topic_configs(name, configs or {}, delete=list(delete))
+
+    def create_partitions(self, name: str, total: int) -> TopicMetadata:
+        """Grow a topic to ``total`` partitions (Kafka's ``createPartitions``): the new ones get its
+        replication factor on the live brokers. As many as now or fewer is
+        :class:`~sparklog.errors.InvalidPartitions` (partitions are never removed). Keyed records
+        are placed by the new count from then on, so a key's later records may land in another
+        partition than its earlier ones. Through brokers: Alter on the topic."""
+        return self.view.create_partitions(name, total)
 
     def describe_topic(self, name: str) -> dict[str, Any]:
         """Per partition: leader, replicas, in-sync replicas, log start and end offsets, and for a
