@@ -544,7 +544,7 @@ def test_group_reset(one_broker: str) -> None:
     ok("produce", "payments", zk=zk, input="".join(f"r-{i}\n" for i in range(125)))
     everything = sorted(f"r-{i}" for i in range(125))
 
-    reset = ok("groups", "reset", "billing", "--topic", "payments", "--to-earliest", zk=zk)
+    reset = ok("groups", "reset", "billing", "--topic", "payments", "--to-earliest", "--execute", zk=zk)
     assert [(r["TOPIC"], r["PARTITION"], r["NEW-OFFSET"]) for r in table(reset.stdout, "TOPIC")] == [
         ("payments", "0", "0"),
         ("payments", "1", "0"),
@@ -553,12 +553,14 @@ def test_group_reset(one_broker: str) -> None:
     again = ok("consume", "payments", "--group", "billing", "--max-messages", "125", zk=zk)
     assert sorted(again.stdout.split()) == everything
 
-    latest = ok("groups", "reset", "billing", "--topic", "payments", "--to-latest", zk=zk)
+    latest = ok("groups", "reset", "billing", "--topic", "payments", "--to-latest", "--execute", zk=zk)
     ends = [int(r["NEW-OFFSET"]) for r in table(latest.stdout, "TOPIC")]
     assert sum(ends) == 125
-    moved = ok("groups", "reset", "billing", "--topic", "payments", "--to-offset", "1", zk=zk)
+    moved = ok("groups", "reset", "billing", "--topic", "payments", "--to-offset", "1", "--execute", zk=zk)
     assert [int(r["NEW-OFFSET"]) for r in table(moved.stdout, "TOPIC")] == [min(1, end) for end in ends]  # clamped
-    by_time = ok("groups", "reset", "billing", "--topic", "payments", "--to-time", "2000-01-01T00:00:00Z", zk=zk)
+    by_time = ok(
+        "groups", "reset", "billing", "--topic", "payments", "--to-time", "2000-01-01T00:00:00Z", "--execute", zk=zk
+    )
     assert [r["NEW-OFFSET"] for r in table(by_time.stdout, "TOPIC")] == ["0", "0"]
 
     # --max-messages stops inside a fetched batch: only what was printed is committed.
@@ -999,4 +1001,52 @@ def test_topics_alter_adds_partitions_and_deletes_config_overrides(brokers: Brok
             (("topics", "alter", "orders", "--delete-config", "partitioner"), {"zk": zk}, ("cannot be deleted",)),
             (("topics", "alter", "nope", "--partitions", "3"), {"zk": zk}, ("unknown topic 'nope'",)),
         ]
+    )
+
+
+def test_group_reset_previews_unless_execute_and_resets_all_topics(one_broker: str) -> None:
+    """As ``kafka-consumer-groups --reset-offsets``: without ``--execute`` the planned offsets are
+    printed and nothing changes (a warning says so unless ``--dry-run`` asked for the preview);
+    ``--dry-run --execute`` is an error; ``--all-topics`` resets every topic the group committed
+    offsets for, and no other."""
+    zk = one_broker
+    for topic, partitions in (("payments", "2"), ("refunds", "1"), ("unread", "1")):
+        ok("topics", "create", topic, "--partitions", partitions, zk=zk)
+        ok("produce", topic, zk=zk, input="".join(f"{topic}-{i}\n" for i in range(30)))
+    for topic in ("payments", "refunds"):
+        ok("consume", topic, "--group", "billing", "--from-beginning", "--max-messages", "30", zk=zk)
+    committed = {"committed": 60, "end": 60, "lag": 0}
+    assert _lag(zk, "billing") == committed
+
+    preview = ok("groups", "reset", "billing", "--topic", "payments", "--to-earliest", zk=zk)
+    assert [(r["TOPIC"], r["PARTITION"], r["NEW-OFFSET"]) for r in table(preview.stdout, "TOPIC")] == [
+        ("payments", "0", "0"),
+        ("payments", "1", "0"),
+    ]
+    assert preview.stderr.startswith("sparklog: warning: nothing was changed") and "--execute" in preview.stderr
+    assert _lag(zk, "billing") == committed
+    dry = ok("groups", "reset", "billing", "--topic", "payments", "--to-offset", "3", "--dry-run", zk=zk)
+    ends = [
+        p["log_end_offset"]
+        for p in json.loads(ok("topics", "describe", "payments", "--json", zk=zk).stdout)["partitions"]
+    ]
+    assert [int(r["NEW-OFFSET"]) for r in table(dry.stdout, "TOPIC")] == [min(3, end) for end in ends]
+    assert dry.stderr == ""
+    assert _lag(zk, "billing") == committed
+    assert_one_line_error(
+        run_cli("groups", "reset", "billing", "--topic", "payments", "--to-earliest", "--dry-run", "--execute", zk=zk),
+        "not allowed with",
+    )
+
+    everything = ok("groups", "reset", "billing", "--all-topics", "--to-earliest", "--dry-run", zk=zk)
+    planned = [(r["TOPIC"], r["PARTITION"], r["NEW-OFFSET"]) for r in table(everything.stdout, "TOPIC")]
+    assert planned == [("payments", "0", "0"), ("payments", "1", "0"), ("refunds", "0", "0")]
+    assert _lag(zk, "billing") == committed
+    executed = ok("groups", "reset", "billing", "--all-topics", "--to-earliest", "--execute", zk=zk)
+    assert executed.stdout == everything.stdout and executed.stderr == ""
+    rows = table(ok("groups", "describe", "billing", zk=zk).stdout, "TOPIC")
+    assert {(r["TOPIC"], r["COMMITTED-OFFSET"]) for r in rows} == {("payments", "0"), ("refunds", "0")}
+    assert_one_line_error(
+        run_cli("groups", "reset", "nobody", "--all-topics", "--to-latest", "--execute", zk=zk),
+        "'nobody' has no committed offsets",
     )
