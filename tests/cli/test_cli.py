@@ -6,6 +6,7 @@ test starts is stopped by the test's fixtures.
 
 from __future__ import annotations
 
+import argparse
 import collections
 import concurrent.futures
 import json
@@ -1050,3 +1051,36 @@ def test_group_reset_previews_unless_execute_and_resets_all_topics(one_broker: s
         run_cli("groups", "reset", "nobody", "--all-topics", "--to-latest", "--execute", zk=zk),
         "'nobody' has no committed offsets",
     )
+
+
+def test_help_says_what_each_option_does_and_its_default(capsys: pytest.CaptureFixture[str]) -> None:
+    """Every option of ``topics create|list|delete``, ``schemas``, ``zookeeper`` and ``bench`` has a
+    help string that says what it does, and for an option (not a positional) its default."""
+    from sparklog.cli.main import build_parser, main
+
+    def command(*path: str) -> argparse.ArgumentParser:
+        parser = build_parser()
+        for name in path:
+            sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+            parser = sub.choices[name]
+        return parser
+
+    paths = [("topics", "create"), ("topics", "list"), ("topics", "delete"), ("schemas", "list")]
+    paths += [("schemas", "show"), ("schemas", "add"), ("zookeeper",), ("bench",)]
+    lacking = []
+    for path in paths:
+        for action in command(*path)._actions:
+            if isinstance(action, argparse._HelpAction):
+                continue
+            text = action.help or ""
+            name = " ".join([*path, action.option_strings[0] if action.option_strings else action.dest])
+            if len(text.strip()) < 10 or text == argparse.SUPPRESS:
+                lacking.append(f"{name}: says nothing ({text!r})")
+            elif action.option_strings and "default" not in text.lower():
+                lacking.append(f"{name}: no default in {text!r}")
+    assert not lacking, "\n".join(lacking)
+
+    with pytest.raises(SystemExit):
+        main(["bench", "--help"])
+    shown = " ".join(capsys.readouterr().out.split())
+    assert "--compression {none,lz4,zstd} append: the log's compression" in shown and "default none" in shown

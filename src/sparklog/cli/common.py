@@ -42,7 +42,7 @@ def add_cluster_options(parser: argparse.ArgumentParser) -> None:
         dest="bootstrap_server",
         default=argparse.SUPPRESS,
         metavar="HOST:PORT[,...]",
-        help=f"brokers to bootstrap from instead of ZooKeeper (env {BOOTSTRAP_ENV})",
+        help=f"brokers to bootstrap from instead of ZooKeeper (env {BOOTSTRAP_ENV}; default: none, ZooKeeper is used)",
     )
     add_command_config_option(parser)
 
@@ -54,7 +54,7 @@ def add_command_config_option(parser: argparse.ArgumentParser) -> None:
         default=argparse.SUPPRESS,
         metavar="FILE",
         help="client settings (properties file, as Kafka's tools take): security.protocol, ssl.ca.location, "
-        "sasl.mechanism, sasl.username, sasl.password...",
+        "sasl.mechanism, sasl.username, sasl.password...; default: none (plaintext, no authentication)",
     )
 
 

@@ -30,8 +30,13 @@ def add_topics(sub: argparse._SubParsersAction) -> None:
     topics = sub.add_parser("topics", help="create, list, describe, alter and delete topics")
     tsub = topics.add_subparsers(dest="topics_command", required=True, metavar="ACTION")
 
-    p = tsub.add_parser("create", help="create a topic")
-    p.add_argument("name", metavar="NAME")
+    p = tsub.add_parser(
+        "create",
+        help="create a topic",
+        description="Creates topic NAME with its partitions' replicas spread over the live brokers (each "
+        "partition's first replica leads it) and prints what was created.",
+    )
+    p.add_argument("name", metavar="NAME", help="the topic's name: 1-249 of [A-Za-z0-9._-]")
     p.add_argument(
         "--partitions",
         type=int,
@@ -40,21 +45,33 @@ def add_topics(sub: argparse._SubParsersAction) -> None:
         help=f"number of partitions (default 1, at most num.partitions.max={NUM_PARTITIONS_MAX})",
     )
     p.add_argument(
-        "--replication-factor", type=int, default=1, metavar="R", help="replicas of each partition (default 1)"
+        "--replication-factor",
+        type=int,
+        default=1,
+        metavar="R",
+        help="replicas of each partition, on R different live brokers (default 1)",
     )
     p.add_argument(
         "--config",
         action="append",
         metavar="KEY=VALUE",
-        help="a topic config (retention.ms, cleanup.policy, ...); repeat for several",
+        help="a topic config (retention.ms, cleanup.policy, min.insync.replicas, ...); repeat for several; "
+        "default: none, Kafka's defaults (retention.ms 7 days, cleanup.policy delete, ...; partitioner murmur2)",
     )
     p.add_argument(
-        "--value-schema", metavar="FILE", help="an Avro record schema (.avsc): a typed topic whose values are columns"
+        "--value-schema",
+        metavar="FILE",
+        help="an Avro record schema (.avsc): a typed topic whose values are columns; default: none, values are bytes",
     )
     add_cluster_options(p)
     p.set_defaults(handler=_create)
 
-    p = tsub.add_parser("list", help="list the topics, one name per line")
+    p = tsub.add_parser(
+        "list",
+        help="list the topics, one name per line",
+        description="Prints the name of every topic, sorted, one a line (topics being created or deleted are "
+        "left out).",
+    )
     add_cluster_options(p)
     p.set_defaults(handler=_list)
 
@@ -73,8 +90,13 @@ def add_topics(sub: argparse._SubParsersAction) -> None:
     add_cluster_options(p)
     p.set_defaults(handler=_describe)
 
-    p = tsub.add_parser("delete", help="delete a topic and all its records")
-    p.add_argument("name", metavar="NAME")
+    p = tsub.add_parser(
+        "delete",
+        help="delete a topic and all its records",
+        description="Deletes topic NAME: it disappears at once for clients, and every broker deletes its "
+        "replicas' logs. Its records cannot be recovered.",
+    )
+    p.add_argument("name", metavar="NAME", help="the topic to delete")
     add_cluster_options(p)
     p.set_defaults(handler=_delete)
 
