@@ -1,6 +1,6 @@
 """``ClusterMetadata.create_partitions`` (Kafka's CreatePartitions) and config deletion against a
 real ZooKeeper, without brokers: where the new partitions' replicas go, what is written first, and
-what it refuses."""
+what it refuses; and what a broker's call table asks of a client that adds partitions through it."""
 
 from __future__ import annotations
 
@@ -77,3 +77,16 @@ def test_config_overrides_are_deleted_with_the_same_checks(meta: ClusterMetadata
     with pytest.raises(InvalidConfig, match="both set and deleted"):
         meta.alter_topic_configs("conf", {"segment.bytes": "8192"}, delete=["segment.bytes"])
     assert meta.topic("conf").configs == altered.configs
+
+
+def test_adding_partitions_through_a_broker_needs_alter_on_the_topic() -> None:
+    """Kafka's CreatePartitions: Alter on the topic (as AlterConfigs), from the call table."""
+    from sparklog.broker.call_authorization import Acl, Call, needs
+    from sparklog.protocol import wire
+    from sparklog.security.acls import Operation, ResourceType
+
+    assert wire.CREATE_PARTITIONS in wire.CLUSTER_ACTIONS
+    wanted = [Acl(Operation.ALTER, ResourceType.TOPIC, "grow")]
+    assert needs(Call.ACTION, wire.CREATE_PARTITIONS, {"name": "grow", "partitions": 4}) == wanted
+    with pytest.raises(InvalidTopic):
+        needs(Call.ACTION, wire.CREATE_PARTITIONS, {"name": "../grow", "partitions": 4})
