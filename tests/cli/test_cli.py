@@ -6,6 +6,7 @@ test starts is stopped by the test's fixtures.
 
 from __future__ import annotations
 
+import argparse
 import collections
 import concurrent.futures
 import json
@@ -570,7 +571,7 @@ def test_group_reset(one_broker: str) -> None:
     ok("produce", "payments", zk=zk, input="".join(f"r-{i}\n" for i in range(125)))
     everything = sorted(f"r-{i}" for i in range(125))
 
-    reset = ok("groups", "reset", "billing", "--topic", "payments", "--to-earliest", zk=zk)
+    reset = ok("groups", "reset", "billing", "--topic", "payments", "--to-earliest", "--execute", zk=zk)
     assert [(r["TOPIC"], r["PARTITION"], r["NEW-OFFSET"]) for r in table(reset.stdout, "TOPIC")] == [
         ("payments", "0", "0"),
         ("payments", "1", "0"),
@@ -579,12 +580,14 @@ def test_group_reset(one_broker: str) -> None:
     again = ok("consume", "payments", "--group", "billing", "--max-messages", "125", zk=zk)
     assert sorted(again.stdout.split()) == everything
 
-    latest = ok("groups", "reset", "billing", "--topic", "payments", "--to-latest", zk=zk)
+    latest = ok("groups", "reset", "billing", "--topic", "payments", "--to-latest", "--execute", zk=zk)
     ends = [int(r["NEW-OFFSET"]) for r in table(latest.stdout, "TOPIC")]
     assert sum(ends) == 125
-    moved = ok("groups", "reset", "billing", "--topic", "payments", "--to-offset", "1", zk=zk)
+    moved = ok("groups", "reset", "billing", "--topic", "payments", "--to-offset", "1", "--execute", zk=zk)
     assert [int(r["NEW-OFFSET"]) for r in table(moved.stdout, "TOPIC")] == [min(1, end) for end in ends]  # clamped
-    by_time = ok("groups", "reset", "billing", "--topic", "payments", "--to-time", "2000-01-01T00:00:00Z", zk=zk)
+    by_time = ok(
+        "groups", "reset", "billing", "--topic", "payments", "--to-time", "2000-01-01T00:00:00Z", "--execute", zk=zk
+    )
     assert [r["NEW-OFFSET"] for r in table(by_time.stdout, "TOPIC")] == ["0", "0"]
 
     # --max-messages stops inside a fetched batch: only what was printed is committed.
@@ -847,3 +850,263 @@ def test_up_secure_runs_a_cluster_only_its_admin_reaches(tmp_path: Path) -> None
             proc.kill()
             code = proc.wait()
     assert code == 0, proc.stderr.read().decode() if proc.stderr else ""
+
+
+# ----------------------------------------------------------------- habits of Kafka's tools
+def test_acks_minus_one_means_all_wherever_acks_is_taken(one_broker: str) -> None:
+    """Kafka's tools take ``--acks -1`` for ``all``; so does every command with ``--acks``."""
+    from sparklog.cli.main import build_parser
+
+    parser = build_parser()
+    assert parser.parse_args(["produce", "t", "--acks", "-1"]).acks == "all"
+    assert parser.parse_args(["bench", "latency", "--acks", "-1"]).acks == "all"
+    zk = one_broker
+    ok("topics", "create", "acked", zk=zk)
+    ok("produce", "acked", "--acks", "-1", zk=zk, input="a\nb\n")
+    assert ok("consume", "acked", "--from-beginning", "--max-messages", "2", zk=zk).stdout.split() == ["a", "b"]
+
+
+def test_a_zookeeper_host_name_that_does_not_resolve_is_named_as_such() -> None:
+    """A typo in the ZooKeeper host name is not "nothing is listening there": the error says the
+    name does not resolve (``.invalid`` never does, RFC 2606); with a resolvable address beside it
+    that nothing listens on, both are said."""
+    name = "no-such-zookeeper.invalid"
+    dead = f"127.0.0.1:{free_port()}"
+    _all_one_line_errors(
+        [
+            (("topics", "list"), {"zk": f"{name}:2181"}, (f"host name '{name}' does not resolve", "--zookeeper")),
+            (("consume", "t"), {"zk": f"{name}:2181/chroot"}, (f"host name '{name}' does not resolve",)),
+            (("broker", "--id", "1", "--port", "0"), {"zk": f"{name}:2181"}, (f"'{name}' does not resolve",)),
+            (("groups", "list"), {"env": {"SPARKLOG_ZOOKEEPER": f"{name}:2181"}}, (f"'{name}' does not resolve",)),
+            (("topics", "list"), {"zk": f"{name}:2181,{dead}"}, (f"nothing is listening at {dead}", f"'{name}' does")),
+        ]
+    )
+    for case in (("topics", "list"), ("consume", "t")):
+        assert "nothing is listening there" not in run_cli(*case, zk=f"{name}:2181").stderr
+
+
+def test_a_partition_without_a_leader_is_said_to_have_none_once(brokers: Brokers) -> None:
+    """When every broker of a partition's in-sync replicas is down the controller leaves it without
+    a leader (-1): commands say the partition has no leader and where its replicas are (not that
+    "broker -1" is not live), in one line: a warning from describe, an error elsewhere."""
+    zk = brokers.connect
+    brokers.start(1)
+    brokers.start(2)
+    ok("topics", "create", "big", "--partitions", "2", zk=zk)
+    leaders = {
+        p["partition"]: p["leader"]
+        for p in json.loads(ok("topics", "describe", "big", "--json", zk=zk).stdout)["partitions"]
+    }
+    down = leaders[0]
+    assert brokers.stop(down) == 0
+
+    def leaderless() -> bool:
+        info = json.loads(ok("topics", "describe", "big", "--json", zk=zk).stdout)
+        return info["partitions"][0]["leader"] == -1
+
+    wait_for(leaderless, 60, "the controller to leave big-0 without a leader")
+    said = f"big-0 has no leader (the brokers of its in-sync replicas are down; its replicas are on broker(s) {down})"
+    described = ok("topics", "describe", "big", zk=zk)
+    assert described.stderr.splitlines() == [f"sparklog: warning: {said}"]
+    rows = table(described.stdout, "PARTITION")
+    assert rows[0]["LOG-END-OFFSET"] == "-" and rows[1]["LOG-END-OFFSET"] == "0"
+    for args, kwargs in (
+        (("produce", "big", "--partition", "0"), {"input": "a\n"}),
+        (("consume", "big", "--partition", "0", "--offset", "0"), {}),
+    ):
+        line = assert_one_line_error(run_cli(*args, zk=zk, **kwargs), said)
+        assert "broker -1" not in line and "not live" not in line
+
+
+def test_typed_produce_errors_name_the_input_line_counted_from_one(one_broker: str, tmp_path: Path) -> None:
+    """A JSON line a typed topic's schema refuses is named by its line number (from 1, as every
+    produce error), not by its row in the batch the producer built (from 0); it fails alone, the
+    lines sent with it are delivered."""
+    zk = one_broker
+    schema = tmp_path / "reading.avsc"
+    schema.write_text(json.dumps({"type": "record", "name": "Reading", "fields": [{"name": "a", "type": "long"}]}))
+    ok("topics", "create", "readings", "--value-schema", str(schema), zk=zk)
+
+    lines = ['{"a": 1}', '{"a": "x"}', '{"a": 3}']
+    stopped = run_cli("produce", "readings", zk=zk, input="\n".join(lines) + "\n")
+    error = assert_one_line_error(stopped, 'line 2 (b\'{"a": "x"}\')', "field 'a' must be long, got str 'x'")
+    assert "row" not in error and "line 1" not in error
+    consumed = ok("consume", "readings", "--from-beginning", "--timeout-ms", "2000", zk=zk).stdout.splitlines()
+    assert json.loads(consumed[0]) == {"a": 1} and all(json.loads(v)["a"] != "x" for v in consumed)
+
+    many = [json.dumps({"a": i}) for i in range(1, 3001)]
+    many[1233] = json.dumps({"a": None})
+    kept_on = run_cli("produce", "readings", "--ignore-errors", zk=zk, input="\n".join(many) + "\n")
+    assert kept_on.returncode == 1 and "Traceback" not in kept_on.stderr
+    errors = [line for line in kept_on.stderr.splitlines() if line.startswith("sparklog: error: ")]
+    assert len(errors) == 1 and errors[0].startswith("sparklog: error: line 1234 ("), kept_on.stderr
+    assert "row" not in errors[0]
+    assert "produced 2999 record(s) to readings; 1 line(s) lost" in kept_on.stderr
+    values = ok("consume", "readings", "--from-beginning", "--timeout-ms", "2000", "-q", zk=zk).stdout.splitlines()
+    assert sorted(json.loads(v)["a"] for v in values[len(consumed) :]) == [i for i in range(1, 3001) if i != 1234]
+
+
+def test_topics_describe_without_a_name_describes_every_topic(one_broker: str) -> None:
+    """As ``kafka-topics --describe`` without ``--topic``: every topic, a blank line between them
+    (with ``--json`` one object a line)."""
+    zk = one_broker
+    assert ok("topics", "describe", zk=zk).stdout == ""
+    ok("topics", "create", "alpha", "--partitions", "2", zk=zk)
+    ok("topics", "create", "beta", "--config", "retention.ms=60000", zk=zk)
+    ok("produce", "beta", zk=zk, input="x\ny\n")
+
+    blocks = ok("topics", "describe", zk=zk).stdout.split("\n\n")
+    assert len(blocks) == 2, blocks
+    assert blocks[0].startswith("Topic: alpha  Partitions: 2  ReplicationFactor: 1")
+    assert [(r["PARTITION"], r["LEADER"]) for r in table(blocks[0], "PARTITION")] == [("0", "1"), ("1", "1")]
+    assert blocks[1].startswith("Topic: beta  Partitions: 1") and "retention.ms=60000" in blocks[1].splitlines()[0]
+    assert [r["LOG-END-OFFSET"] for r in table(blocks[1], "PARTITION")] == ["2"]
+
+    infos = [json.loads(line) for line in ok("topics", "describe", "--json", zk=zk).stdout.splitlines()]
+    assert [(i["topic"], len(i["partitions"])) for i in infos] == [("alpha", 2), ("beta", 1)]
+    assert ok("topics", "describe", "beta", "--json", zk=zk).stdout.count("\n") == 1  # one topic named: as before
+
+
+def test_topics_alter_adds_partitions_and_deletes_config_overrides(brokers: Brokers) -> None:
+    """``topics alter --partitions N`` grows a topic as ``kafka-topics --alter --partitions`` does
+    (through ZooKeeper or a broker): the new partitions get the topic's replication factor, their
+    replicas follow and join the ISR, and they take and serve records; fewer or as many is a clear
+    error that changes nothing. ``--delete-config`` removes per-topic overrides."""
+    zk = brokers.connect
+    brokers.start(1)
+    bootstrap = ("--bootstrap-server", f"127.0.0.1:{brokers.start(2)}")
+    ok("topics", "create", "orders", "--partitions", "2", "--replication-factor", "2",
+       "--config", "retention.ms=60000", "--config", "segment.bytes=1048576", zk=zk)  # fmt: skip
+    ok("produce", "orders", "--partition", "1", zk=zk, input="old\n")
+
+    altered = ok("topics", "alter", "orders", "--partitions", "5", zk=zk)
+    assert altered.stdout.splitlines() == ["altered topic orders: partitions 2 -> 5"]
+    assert "keyed records of orders are placed among 5 partitions" in altered.stderr
+
+    def described() -> dict[str, Any]:
+        return json.loads(ok("topics", "describe", "orders", "--json", zk=zk).stdout)
+
+    def in_sync(count: int) -> bool:
+        parts = described()["partitions"]
+        return len(parts) == count and all(sorted(p["isr"]) == [1, 2] and p["leader"] in (1, 2) for p in parts)
+
+    wait_for(lambda: in_sync(5), 60, "the new partitions' replicas to be in sync")
+    info = described()
+    assert [sorted(p["replicas"]) for p in info["partitions"]] == [[1, 2]] * 5
+    assert {p["replicas"][0] for p in info["partitions"]} == {1, 2}  # leaders spread as a new topic's
+    assert [p["log_end_offset"] for p in info["partitions"]] == [0, 1, 0, 0, 0]  # nothing moved
+
+    ok("produce", "orders", "--partition", "4", zk=zk, input="new\n")
+    read = ok("consume", "orders", "--partition", "4", "--offset", "0", "--max-messages", "1", zk=zk)
+    assert read.stdout == "new\n"
+    ok("produce", "orders", "--key-separator", ":", zk=zk, input="".join(f"key-{i}:v{i}\n" for i in range(200)))
+    assert all(p["log_end_offset"] > 0 for p in described()["partitions"])  # keys spread over all five
+
+    # through a broker (CreatePartitions), then refusals that change nothing
+    assert "partitions 5 -> 6" in ok("topics", "alter", "orders", "--partitions", "6", *bootstrap).stdout
+    wait_for(lambda: in_sync(6), 60, "partition 5's replicas to be in sync")
+    assert_one_line_error(run_cli("topics", "alter", "orders", "--partitions", "3", zk=zk),
+                          "'orders' has 6 partitions", "can only be increased", "would remove 3")  # fmt: skip
+    assert_one_line_error(run_cli("topics", "alter", "orders", "--partitions", "6", *bootstrap), "already has 6")
+    refused = run_cli("topics", "alter", "orders", "--partitions", "2", "--config", "retention.ms=1000", zk=zk)
+    assert_one_line_error(refused, "can only be increased")
+    first = ok("topics", "describe", "orders", zk=zk).stdout.splitlines()[0]
+    assert "Partitions: 6" in first and "retention.ms=60000" in first
+
+    # --delete-config: back to the defaults (comma-separated or repeated; ZooKeeper or a broker)
+    deleted = ok("topics", "alter", "orders", "--delete-config", "retention.ms,segment.bytes", zk=zk)
+    assert deleted.stdout.splitlines() == ["altered topic orders: configs partitioner=murmur2"]
+    ok("topics", "alter", "orders", "--config", "retention.ms=5000", "--config", "flush.ms=10", *bootstrap)
+    ok("topics", "alter", "orders", "--delete-config", "retention.ms", "--delete-config", "flush.ms", *bootstrap)
+    assert json.loads(ok("topics", "describe", "orders", "--json", zk=zk).stdout)["configs"] == {
+        "partitioner": "murmur2"
+    }
+    _all_one_line_errors(
+        [
+            (("topics", "alter", "orders"), {"zk": zk}, ("nothing to alter", "--partitions", "--delete-config")),
+            (("topics", "alter", "orders", "--delete-config", "no.such"), {"zk": zk}, ("unknown topic config",)),
+            (("topics", "alter", "orders", "--delete-config", "partitioner"), {"zk": zk}, ("cannot be deleted",)),
+            (("topics", "alter", "nope", "--partitions", "3"), {"zk": zk}, ("unknown topic 'nope'",)),
+        ]
+    )
+
+
+def test_group_reset_previews_unless_execute_and_resets_all_topics(one_broker: str) -> None:
+    """As ``kafka-consumer-groups --reset-offsets``: without ``--execute`` the planned offsets are
+    printed and nothing changes (a warning says so unless ``--dry-run`` asked for the preview);
+    ``--dry-run --execute`` is an error; ``--all-topics`` resets every topic the group committed
+    offsets for, and no other."""
+    zk = one_broker
+    for topic, partitions in (("payments", "2"), ("refunds", "1"), ("unread", "1")):
+        ok("topics", "create", topic, "--partitions", partitions, zk=zk)
+        ok("produce", topic, zk=zk, input="".join(f"{topic}-{i}\n" for i in range(30)))
+    for topic in ("payments", "refunds"):
+        ok("consume", topic, "--group", "billing", "--from-beginning", "--max-messages", "30", zk=zk)
+    committed = {"committed": 60, "end": 60, "lag": 0}
+    assert _lag(zk, "billing") == committed
+
+    preview = ok("groups", "reset", "billing", "--topic", "payments", "--to-earliest", zk=zk)
+    assert [(r["TOPIC"], r["PARTITION"], r["NEW-OFFSET"]) for r in table(preview.stdout, "TOPIC")] == [
+        ("payments", "0", "0"),
+        ("payments", "1", "0"),
+    ]
+    assert preview.stderr.startswith("sparklog: warning: nothing was changed") and "--execute" in preview.stderr
+    assert _lag(zk, "billing") == committed
+    dry = ok("groups", "reset", "billing", "--topic", "payments", "--to-offset", "3", "--dry-run", zk=zk)
+    ends = [
+        p["log_end_offset"]
+        for p in json.loads(ok("topics", "describe", "payments", "--json", zk=zk).stdout)["partitions"]
+    ]
+    assert [int(r["NEW-OFFSET"]) for r in table(dry.stdout, "TOPIC")] == [min(3, end) for end in ends]
+    assert dry.stderr == ""
+    assert _lag(zk, "billing") == committed
+    assert_one_line_error(
+        run_cli("groups", "reset", "billing", "--topic", "payments", "--to-earliest", "--dry-run", "--execute", zk=zk),
+        "not allowed with",
+    )
+
+    everything = ok("groups", "reset", "billing", "--all-topics", "--to-earliest", "--dry-run", zk=zk)
+    planned = [(r["TOPIC"], r["PARTITION"], r["NEW-OFFSET"]) for r in table(everything.stdout, "TOPIC")]
+    assert planned == [("payments", "0", "0"), ("payments", "1", "0"), ("refunds", "0", "0")]
+    assert _lag(zk, "billing") == committed
+    executed = ok("groups", "reset", "billing", "--all-topics", "--to-earliest", "--execute", zk=zk)
+    assert executed.stdout == everything.stdout and executed.stderr == ""
+    rows = table(ok("groups", "describe", "billing", zk=zk).stdout, "TOPIC")
+    assert {(r["TOPIC"], r["COMMITTED-OFFSET"]) for r in rows} == {("payments", "0"), ("refunds", "0")}
+    assert_one_line_error(
+        run_cli("groups", "reset", "nobody", "--all-topics", "--to-latest", "--execute", zk=zk),
+        "'nobody' has no committed offsets",
+    )
+
+
+def test_help_says_what_each_option_does_and_its_default(capsys: pytest.CaptureFixture[str]) -> None:
+    """Every option of ``topics create|list|delete``, ``schemas``, ``zookeeper`` and ``bench`` has a
+    help string that says what it does, and for an option (not a positional) its default."""
+    from sparklog.cli.main import build_parser, main
+
+    def command(*path: str) -> argparse.ArgumentParser:
+        parser = build_parser()
+        for name in path:
+            sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+            parser = sub.choices[name]
+        return parser
+
+    paths = [("topics", "create"), ("topics", "list"), ("topics", "delete"), ("schemas", "list")]
+    paths += [("schemas", "show"), ("schemas", "add"), ("zookeeper",), ("bench",)]
+    lacking = []
+    for path in paths:
+        for action in command(*path)._actions:
+            if isinstance(action, argparse._HelpAction):
+                continue
+            text = action.help or ""
+            name = " ".join([*path, action.option_strings[0] if action.option_strings else action.dest])
+            if len(text.strip()) < 10 or text == argparse.SUPPRESS:
+                lacking.append(f"{name}: says nothing ({text!r})")
+            elif action.option_strings and "default" not in text.lower():
+                lacking.append(f"{name}: no default in {text!r}")
+    assert not lacking, "\n".join(lacking)
+
+    with pytest.raises(SystemExit):
+        main(["bench", "--help"])
+    shown = " ".join(capsys.readouterr().out.split())
+    assert "--compression {none,lz4,zstd} append: the log's compression" in shown and "default none" in shown

@@ -504,7 +504,10 @@ def test_a_group_s_offsets_are_not_reset_under_its_live_members(start_broker: An
             rows = [line.split() for line in listed.stdout.splitlines()[1:] if line.strip()]
             assert sorted(r[0] for r in rows) == members[(topic,)] and {r[1] for r in rows} == {topic}, listed.stdout
             reset = subprocess.run(
-                [*cli, "reset", group, "--topic", topic, "--to-earliest"], capture_output=True, text=True, timeout=60
+                [*cli, "reset", group, "--topic", topic, "--to-earliest", "--execute"],
+                capture_output=True,
+                text=True,
+                timeout=60,
             )
             assert reset.returncode != 0 and "live member(s)" in reset.stderr, (reset.returncode, reset.stderr)
             assert zk_admin.describe_group(group) == [

@@ -206,6 +206,7 @@ CALLS: dict[tuple[Call, str], Rule] = {
     (Call.ACTION, wire.CREATE_TOPIC): Rule(_create_topic),
     (Call.ACTION, wire.DELETE_TOPIC): Rule(_on_topic(Operation.DELETE, "name")),
     (Call.ACTION, wire.ALTER_CONFIGS): Rule(_on_topic(Operation.ALTER, "name")),
+    (Call.ACTION, wire.CREATE_PARTITIONS): Rule(_on_topic(Operation.ALTER, "name")),  # Kafka's: Alter on the topic
     (Call.ACTION, wire.REGISTER_SCHEMA): Rule(_on_topic(Operation.ALTER)),
     (Call.ACTION, wire.SINK_STATE): Rule(_sink_state),
     # administration (Kafka's: DescribeUserScramCredentials, DescribeAcls and

@@ -1,5 +1,5 @@
 """A broker's answers to the cluster actions of clients that bootstrap from brokers (Kafka's
-Metadata, OffsetCommit/OffsetFetch, CreateTopics/DeleteTopics/AlterConfigs; the wire is in
+Metadata, OffsetCommit/OffsetFetch, CreateTopics/DeleteTopics/AlterConfigs/CreatePartitions; the wire is in
 :mod:`sparklog.protocol.wire`): metadata from the broker's ZooKeeper view (live brokers and each topic's
 configs and schemas as its watches keep them; partition states read in one pipelined round per
 topic), group offsets written to and read from the same znodes as the ZooKeeper path
@@ -156,6 +156,7 @@ class ClusterRequests:
             wire.CREATE_TOPIC: self.create_topic,
             wire.DELETE_TOPIC: self.delete_topic,
             wire.ALTER_CONFIGS: self.alter_configs,
+            wire.CREATE_PARTITIONS: self.create_partitions,
             wire.REGISTER_SCHEMA: self.register_schema,
             wire.SINK_STATE: self.sink_state,
             wire.JOIN_GROUP: self.join_group,
@@ -307,7 +308,17 @@ class ClusterRequests:
         name = check_topic_name(request.get("name"))
         if request.get("configs") is None:
             raise InvalidRequest("request is missing 'configs'")
-        meta = self.cluster.alter_topic_configs(name, _configs(request), internal=_bool(request, "internal"))
+        delete = request.get("delete", [])
+        if not isinstance(delete, list) or len(delete) > MAX_CONFIGS or not all(isinstance(k, str) for k in delete):
+            raise InvalidRequest(f"'delete' must be a list of at most {MAX_CONFIGS} config names")
+        meta = self.cluster.alter_topic_configs(
+            name, _configs(request), delete=delete, internal=_bool(request, "internal")
+        )
+        return topic_json(meta)
+
+    def create_partitions(self, request: dict[str, Any], may: CallPermissions) -> dict[str, Any]:
+        name = check_topic_name(request.get("name"))
+        meta = self.cluster.create_partitions(name, _int(request, "partitions"), internal=_bool(request, "internal"))
         return topic_json(meta)
 
     def register_schema(self, request: dict[str, Any], may: CallPermissions) -> dict[str, Any]:

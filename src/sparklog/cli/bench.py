@@ -6,22 +6,22 @@ import argparse
 import json
 import sys
 
-from sparklog.cli.common import CliError, add_zookeeper_option
+from sparklog.cli.common import CliError, add_acks_option, add_zookeeper_option
 
 # option name -> (type, help); only options given on the command line reach the scenario, so each
 # scenario keeps its own defaults (see sparklog/bench/)
 OPTIONS: dict[str, tuple[type, str]] = {
-    "records": (int, "records to write (default 10M)"),
+    "records": (int, "records to write (default 10M; consume-fields 2M)"),
     "value-bytes": (int, "bytes per value (default 100)"),
     "batch-records": (int, "records per batch (default 10k)"),
-    "repeat": (int, "measured runs; medians are reported"),
-    "partitions": (int, "partitions of the benchmark topic (default 6)"),
-    "replication-factor": (int, "replicas per partition (brokers started to match)"),
-    "brokers": (int, "brokers to start"),
-    "send-records": (int, "records for the per-record send() part of 'produce'"),
+    "repeat": (int, "measured runs, medians reported (default 3; spark-write 1)"),
+    "partitions": (int, "partitions of the benchmark topic (default 6; failover 3, idle 1000, startup 3000)"),
+    "replication-factor": (int, "replicas per partition, brokers started to match (default 1; idle 3)"),
+    "brokers": (int, "brokers to start (default 1; idle 3)"),
+    "send-records": (int, "records for the per-record send() part of 'produce' (default 1M)"),
     "in-flight": (int, "'produce', 'tier': send_batch_async tables on their way at once (default 4)"),
-    "rate": (int, "records/s for 'latency'"),
-    "seconds": (float, "duration of 'latency' and of the measured window of 'idle'"),
+    "rate": (int, "records/s for 'latency' (default 10,000)"),
+    "seconds": (float, "duration of 'latency' (default 5) and of the measured window of 'idle' (default 20)"),
     "segments": (int, "'startup': segments per partition replica (default 10)"),
     "segment-bytes": (int, "'tier', 'spark-read --lake': segment.bytes of the benchmark topics (default 8 MiB)"),
 }
@@ -33,24 +33,30 @@ def add_bench(sub: argparse._SubParsersAction) -> None:
 
     p = sub.add_parser("bench", help="run a benchmark scenario and print its figures")
     add_zookeeper_option(p)  # accepted like everywhere; scenarios start their own local cluster
-    p.add_argument("scenario", choices=sorted(SCENARIOS), help="what to measure")
+    p.add_argument("scenario", choices=sorted(SCENARIOS), help="what to measure (see docs/benchmarks.md)")
     for name, (type_, help_) in OPTIONS.items():
-        p.add_argument(f"--{name}", type=type_, default=None, help=help_)
-    p.add_argument("--compression", choices=["none", "lz4", "zstd"], default=None)
-    p.add_argument("--acks", choices=["0", "1", "all"], default=None)
+        p.add_argument(f"--{name}", type=type_, default=None, metavar="N" if type_ is int else "SECONDS", help=help_)
+    p.add_argument(
+        "--compression",
+        choices=["none", "lz4", "zstd"],
+        default=None,
+        help="append: the log's compression (Arrow IPC buffer compression); default none",
+    )
+    add_acks_option(p, None, "produce, latency: acknowledgement level, 0, 1, all or -1 (= all); default 1")
     p.add_argument(
         "--fields",
         default=None,
         metavar="F1,F2",
-        help="consume, consume-fields, spark-read: a typed topic of 20 columns read whole, then as these columns",
+        help="consume, consume-fields, spark-read: a typed topic of 20 columns read whole, then as these columns "
+        "(default: consume and spark-read read plain records; consume-fields f0,f1)",
     )
     p.add_argument(
         "--source",
         choices=["topic", "memory", "files"],
         default=None,
-        help="spark-read: a sparklog topic (default) or 'memory', the same batches from an in-memory Python "
+        help="spark-read: a sparklog topic or 'memory', the same batches from an in-memory Python "
         "source (Spark's ceiling for any Python source; with --fields, typed values whole and projected); "
-        "spark-write: copy another topic (default) or write from Parquet 'files' (the sink alone)",
+        "spark-write: copy another topic or write from Parquet 'files' (the sink alone); default topic",
     )
     p.add_argument(
         "--against",
@@ -58,26 +64,28 @@ def add_bench(sub: argparse._SubParsersAction) -> None:
         default=None,
         help="run the same workload on Apache Kafka too (KRaft on loopback, jars from Maven Central via "
         "benchmarks/fetch_kafka.sh; Spark's Kafka connector for spark-*): prints both and their ratio; "
-        "--repeat then counts interleaved rounds (default 3, medians)",
+        "--repeat then counts interleaved rounds (default 3, medians); default: sparklog only",
     )
     p.add_argument(
         "--lake",
         action="store_true",
         help="spark-read: sparklog.spark.read_topic of a tiered lake-enabled topic (history through Spark's "
         "Parquet reader on the Delta table's files) against the Python source's read of the same records "
-        "in a plain topic, same run",
+        "in a plain topic, same run (default: the spark-read scenario as given)",
     )
     p.add_argument(
         "--secure",
         action="store_true",
-        help="produce, consume: brokers with SASL_SSL (SCRAM-SHA-256) and ACLs, as `sparklog up --secure`",
+        help="produce, consume: brokers with SASL_SSL (SCRAM-SHA-256) and ACLs, as `sparklog up --secure` "
+        "(default: plaintext, no ACLs)",
     )
     p.add_argument(
         "--unclean",
         action="store_true",
-        help="startup: also time a restart after kill -9 of the brokers (recovery instead of a clean open)",
+        help="startup: also time a restart after kill -9 of the brokers (recovery instead of a clean open); "
+        "default: clean restarts only",
     )
-    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("--json", action="store_true", help="print one JSON object (default: one 'name  value' a line)")
     p.set_defaults(handler=run_bench)
 
 

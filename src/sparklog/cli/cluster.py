@@ -69,9 +69,21 @@ def add_up(sub: argparse._SubParsersAction) -> None:
 
 
 def add_zookeeper(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("zookeeper", help="run the embedded standalone ZooKeeper in the foreground")
-    p.add_argument("--port", type=int, default=2181, help="client port (default 2181; 0 = any free port)")
-    p.add_argument("--data-dir", default=os.path.join(DEFAULT_DATA_DIR, "zookeeper"), help="default ./data/zookeeper")
+    p = sub.add_parser(
+        "zookeeper",
+        help="run the embedded standalone ZooKeeper in the foreground",
+        description="Runs a standalone ZooKeeper on loopback until Ctrl-C or SIGTERM (what 'sparklog up' starts "
+        "unless given one); prints the address it listens on.",
+    )
+    p.add_argument(
+        "--port", type=int, default=2181, metavar="PORT", help="client port (default 2181; 0 = any free port)"
+    )
+    p.add_argument(
+        "--data-dir",
+        default=os.path.join(DEFAULT_DATA_DIR, "zookeeper"),
+        metavar="DIR",
+        help="where ZooKeeper keeps its snapshots and logs (default ./data/zookeeper)",
+    )
     p.set_defaults(handler=run_zookeeper)
 
 

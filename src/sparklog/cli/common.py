@@ -42,7 +42,7 @@ def add_cluster_options(parser: argparse.ArgumentParser) -> None:
         dest="bootstrap_server",
         default=argparse.SUPPRESS,
         metavar="HOST:PORT[,...]",
-        help=f"brokers to bootstrap from instead of ZooKeeper (env {BOOTSTRAP_ENV})",
+        help=f"brokers to bootstrap from instead of ZooKeeper (env {BOOTSTRAP_ENV}; default: none, ZooKeeper is used)",
     )
     add_command_config_option(parser)
 
@@ -54,8 +54,21 @@ def add_command_config_option(parser: argparse.ArgumentParser) -> None:
         default=argparse.SUPPRESS,
         metavar="FILE",
         help="client settings (properties file, as Kafka's tools take): security.protocol, ssl.ca.location, "
-        "sasl.mechanism, sasl.username, sasl.password...",
+        "sasl.mechanism, sasl.username, sasl.password...; default: none (plaintext, no authentication)",
     )
+
+
+# --acks as Kafka's tools take it: 0, 1, all, and -1 (the same as all)
+ACKS_CHOICES = ("0", "1", "all", "-1")
+
+
+def add_acks_option(parser: argparse.ArgumentParser, default: str | None, help: str) -> None:
+    """``--acks 0|1|all|-1`` (``-1`` is read as ``all``, as Kafka's producer reads it)."""
+    parser.add_argument("--acks", type=_acks, choices=ACKS_CHOICES, default=default, help=help)
+
+
+def _acks(text: str) -> str:
+    return "all" if text.strip() == "-1" else text.strip()
 
 
 def parse_configs(items: Iterable[str] | None) -> dict[str, str]:
@@ -111,16 +124,45 @@ def zookeeper_hosts(connect: str) -> list[tuple[str, int]]:
 
 
 def check_zookeeper(connect: str) -> None:
-    """Fail at once, with one clear line, when nothing listens on any of the ZooKeeper addresses
-    (kazoo would otherwise retry for its whole connection timeout)."""
+    """Fail at once, with one clear line, when none of the ZooKeeper addresses can be reached: a
+    host name that does not resolve is named as such, else nothing listens there (kazoo would
+    otherwise retry for its whole connection timeout)."""
     from sparklog.coordination.ports import port_is_open
     from sparklog.errors import CoordinatorNotAvailable
 
-    if not any(port_is_open(host, port, timeout=2.0) for host, port in zookeeper_hosts(connect)):
+    unresolved: list[str] = []
+    silent: list[str] = []
+    for host, port in zookeeper_hosts(connect):
+        problem = _name_problem(host, port)
+        if problem is not None:
+            unresolved.append(f"host name {host!r} does not resolve ({problem})")
+        elif port_is_open(host, port, timeout=2.0):
+            return
+        else:
+            silent.append(f"{host}:{port}")
+    if not silent:
         raise CoordinatorNotAvailable(
-            f"cannot reach ZooKeeper at {connect}: nothing is listening there "
-            f"(start one with 'sparklog up' or 'sparklog zookeeper', or pass --zookeeper)"
+            f"cannot reach ZooKeeper at {connect}: {'; '.join(unresolved)}: check the host name given "
+            f"with --zookeeper (or env {ZOOKEEPER_ENV})"
         )
+    reasons = "nothing is listening there" if not unresolved else f"nothing is listening at {', '.join(silent)}"
+    raise CoordinatorNotAvailable(
+        f"cannot reach ZooKeeper at {connect}: {'; '.join([reasons, *unresolved])} "
+        f"(start one with 'sparklog up' or 'sparklog zookeeper', or pass --zookeeper)"
+    )
+
+
+def _name_problem(host: str, port: int) -> str | None:
+    """Why ``host`` has no address (the resolver's words), or None when it resolves."""
+    import socket
+
+    try:
+        socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except socket.gaierror as exc:
+        return exc.strerror or str(exc)
+    except UnicodeError:  # a label too long or empty: no name a resolver would take
+        return "not a valid host name"
+    return None
 
 
 def bootstrap_servers(args: argparse.Namespace) -> str | None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 
 from sparklog.cli.common import add_cluster_options, admin, parse_time, print_table
 
@@ -39,13 +40,21 @@ def add_groups(sub: argparse._SubParsersAction) -> None:
 
     p = gsub.add_parser(
         "reset",
-        help="move a group's committed offsets of a topic",
-        description="Moves the group's committed offsets of every partition of TOPIC and prints the new ones "
-        "(TOPIC PARTITION NEW-OFFSET). Offsets are clamped to the partition's log start and end. "
-        "Refused while members of the group read TOPIC (see describe --members).",
+        help="move a group's committed offsets (a preview unless --execute)",
+        description="Computes the group's new committed offsets for every partition of the chosen topics and "
+        "prints them (TOPIC PARTITION NEW-OFFSET), as kafka-consumer-groups --reset-offsets: a preview that "
+        "changes nothing unless --execute is given (--dry-run says so explicitly). Offsets are clamped to "
+        "the partition's log start and end. Refused while members of the group read one of the topics "
+        "(see describe --members), preview or not.",
     )
-    p.add_argument("group", metavar="GROUP")
-    p.add_argument("--topic", required=True, metavar="TOPIC")
+    p.add_argument("group", metavar="GROUP", help="the consumer group")
+    scope = p.add_mutually_exclusive_group(required=True)
+    scope.add_argument(
+        "--topic", action="append", metavar="TOPIC", help="reset the group's offsets of TOPIC (repeat for several)"
+    )
+    scope.add_argument(
+        "--all-topics", action="store_true", help="reset every topic the group has committed offsets for"
+    )
     target = p.add_mutually_exclusive_group(required=True)
     target.add_argument("--to-earliest", action="store_true", help="to each partition's log start")
     target.add_argument("--to-latest", action="store_true", help="to each partition's log end")
@@ -55,6 +64,11 @@ def add_groups(sub: argparse._SubParsersAction) -> None:
         metavar="ISO",
         help="to the first record at or after an ISO 8601 time (no offset = UTC) or epoch milliseconds",
     )
+    mode = p.add_mutually_exclusive_group()
+    mode.add_argument(
+        "--dry-run", action="store_true", help="only print the new offsets (the default without --execute)"
+    )
+    mode.add_argument("--execute", action="store_true", help="commit the new offsets (default: only print them)")
     add_cluster_options(p)
     p.set_defaults(handler=_reset)
 
@@ -101,10 +115,18 @@ def _reset(args: argparse.Namespace) -> int:
         new = client.reset_group(
             args.group,
             args.topic,
+            all_topics=args.all_topics,
             to_earliest=args.to_earliest,
             to_latest=args.to_latest,
             to_offset=args.to_offset,
             to_time=to_time,
+            dry_run=not args.execute,
         )
     print_table(RESET_HEADERS, ((t, p, offset) for (t, p), offset in sorted(new.items())))
+    if not args.execute and not args.dry_run:
+        print(
+            "sparklog: warning: nothing was changed: this is a preview (as kafka-consumer-groups --reset-offsets "
+            "without --execute); add --execute to commit these offsets, or --dry-run to ask for the preview",
+            file=sys.stderr,
+        )
     return 0

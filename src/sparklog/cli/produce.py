@@ -11,13 +11,14 @@ from typing import Any, BinaryIO
 
 from sparklog.cli.common import (
     CliError,
+    add_acks_option,
     add_cluster_options,
     bootstrap_servers,
     client_config,
     cluster_client,
 )
 from sparklog.client.cluster_client import ClusterClient
-from sparklog.errors import BrokerNotAvailable, SparklogError
+from sparklog.errors import BrokerNotAvailable, InvalidRecord, SparklogError
 
 RECORD_OVERHEAD_BYTES = 64  # a record's offset, timestamp and lengths in a batch of one, roughly
 _QUOTED_BYTES = 40  # how much of a line an error message quotes
@@ -57,7 +58,11 @@ def add_produce(sub: argparse._SubParsersAction) -> None:
     p.add_argument("topic", metavar="TOPIC")
     p.add_argument("--key-separator", metavar="SEP", help="split each line into key SEP value")
     p.add_argument("--partition", type=int, metavar="P", help="send every record to partition P")
-    p.add_argument("--acks", choices=["0", "1", "all"], default="1", help="acknowledgement level (default 1)")
+    add_acks_option(
+        p,
+        "1",
+        "acknowledgement level: 0 (none), 1 (the leader stored it), all or -1 (every in-sync replica did); default 1",
+    )
     p.add_argument("--quiet", "-q", action="store_true", help="do not print the count on standard error")
     p.add_argument(
         "--ignore-errors",
@@ -111,6 +116,14 @@ class _Deliveries:
                 future.result()
             except Exception as exc:  # this line was not delivered
                 self.failed.append((number, head, exc))
+
+
+def _undelivered(error: BaseException) -> str:
+    """How a line that failed after ``send()`` is reported: refused (its record is invalid: a
+    typed value its topic's schema refuses...) or not delivered (anything else)."""
+    if isinstance(error, InvalidRecord):
+        return f"was refused: {error}"
+    return f"was not delivered: {error}"
 
 
 def _line_error(number: int, head: bytes, problem: str) -> str:
@@ -202,11 +215,11 @@ def run_produce(args: argparse.Namespace) -> int:
     delivered = deliveries.sent - len(failed)
     if args.ignore_errors:
         for number, head, error in failed:
-            print(f"sparklog: error: {_line_error(number, head, f'was not delivered: {error}')}", file=sys.stderr)
+            print(f"sparklog: error: {_line_error(number, head, _undelivered(error))}", file=sys.stderr)
     elif failed:
         number, head, error = failed[0]
         after = sum(1 for f in failed if f[0] > number)
-        stopped_at = _line_error(number, head, f"was not delivered: {error}")
+        stopped_at = _line_error(number, head, _undelivered(error))
         stopped_at += f"; {delivered} line(s) were delivered"
         if deliveries.sent - number > 0:
             stopped_at += (

@@ -11,17 +11,31 @@ from sparklog.cli.common import CliError, add_cluster_options, admin, print_tabl
 def add_schemas(sub: argparse._SubParsersAction) -> None:
     schemas = sub.add_parser("schemas", help="value schema versions of typed topics")
     ssub = schemas.add_subparsers(dest="schemas_command", required=True, metavar="ACTION")
-    p = ssub.add_parser("list", help="a topic's schema versions")
-    p.add_argument("topic", metavar="TOPIC")
+    p = ssub.add_parser(
+        "list",
+        help="a topic's schema versions",
+        description="Prints a table of a typed topic's value schema versions, oldest first: VERSION "
+        "FINGERPRINT (the Avro CRC-64 fingerprint, hex) FIELDS (top-level fields).",
+    )
+    p.add_argument("topic", metavar="TOPIC", help="a typed topic")
     add_cluster_options(p)
     p.set_defaults(handler=_list)
-    p = ssub.add_parser("show", help="print a schema version (default: the latest) as JSON")
-    p.add_argument("topic", metavar="TOPIC")
-    p.add_argument("--version", type=int, metavar="V")
+    p = ssub.add_parser(
+        "show",
+        help="print a schema version (default: the latest) as JSON",
+        description="Prints one value schema version of a typed topic as indented Avro JSON.",
+    )
+    p.add_argument("topic", metavar="TOPIC", help="a typed topic")
+    p.add_argument("--version", type=int, metavar="V", help="the version to print (default: the latest)")
     add_cluster_options(p)
     p.set_defaults(handler=_show)
-    p = ssub.add_parser("add", help="add a version (refused unless compatible under schema.compatibility)")
-    p.add_argument("topic", metavar="TOPIC")
+    p = ssub.add_parser(
+        "add",
+        help="add a version (refused unless compatible under schema.compatibility)",
+        description="Registers FILE as the next value schema version of a typed topic; refused unless it is "
+        "compatible with the versions before it under the topic's schema.compatibility (default BACKWARD).",
+    )
+    p.add_argument("topic", metavar="TOPIC", help="a typed topic")
     p.add_argument("file", metavar="FILE", help="an Avro record schema (.avsc)")
     add_cluster_options(p)
     p.set_defaults(handler=_add)

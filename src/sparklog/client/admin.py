@@ -8,13 +8,13 @@ reads and writes ZooKeeper itself, as before (:mod:`sparklog.client.cluster_admi
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from sparklog.client.broker_view import BrokerView
 from sparklog.client.cluster_address import resolve
 from sparklog.client.cluster_admin import BrokerAdmin, ClusterAdmin, ZooKeeperAdmin
-from sparklog.client.cluster_client import DEFAULT_ZOOKEEPER, ClusterClient
+from sparklog.client.cluster_client import DEFAULT_ZOOKEEPER, ClusterClient, no_leader_message
 from sparklog.coordination.cluster import ClusterMetadata, TopicMetadata
 from sparklog.errors import GroupNotEmpty, InvalidRequest, UnknownGroup, UnknownTopic
 from sparklog.schemas.value_schema import ValueSchema
@@ -87,8 +87,20 @@ class Admin:
     def delete_topic(self, name: str) -> None:
         self.view.delete_topic(name)
 
-    def alter_topic(self, name: str, configs: Mapping[str, Any]) -> TopicMetadata:
-        return self.view.alter_topic_configs(name, configs)
+    def alter_topic(
+        self, name: str, configs: Mapping[str, Any] | None = None, *, delete: Sequence[str] = ()
+    ) -> TopicMetadata:
+        """Set ``configs`` of a topic and remove its overrides named in ``delete`` (the topic then
+        has the default; ``partitioner`` cannot be removed). Through brokers: Alter on the topic."""
+        return self.view.alter_topic_configs(name, configs or {}, delete=list(delete))
+
+    def create_partitions(self, name: str, total: int) -> TopicMetadata:
+        """Grow a topic to ``total`` partitions (Kafka's ``createPartitions``): the new ones get its
+        replication factor on the live brokers. As many as now or fewer is
+        :class:`~sparklog.errors.InvalidPartitions` (partitions are never removed). Keyed records
+        are placed by the new count from then on, so a key's later records may land in another
+        partition than its earlier ones. Through brokers: Alter on the topic."""
+        return self.view.create_partitions(name, total)
 
     def describe_topic(self, name: str) -> dict[str, Any]:
         """Per partition: leader, replicas, in-sync replicas, log start and end offsets, and for a
@@ -112,6 +124,10 @@ class Admin:
                 "replicas": replicas,
                 "isr": state.isr,
             }
+            if state.leader < 0:  # nothing to ask (and no use retrying): say why once
+                entry.update(log_start_offset=None, log_end_offset=None, error=no_leader_message(name, p, replicas))
+                partitions.append(entry)
+                continue
             try:
                 offsets = self._client.list_offsets(name, p)
                 entry.update(log_start_offset=offsets["log_start_offset"], log_end_offset=offsets["log_end_offset"])
@@ -230,41 +246,61 @@ class Admin:
     def reset_group(
         self,
         group: str,
-        topic: str,
+        topic: str | Sequence[str] | None = None,
         *,
+        all_topics: bool = False,
         to_earliest: bool = False,
         to_latest: bool = False,
         to_offset: int | None = None,
         to_time: int | None = None,
+        dry_run: bool = False,
     ) -> dict[tuple[str, int], int]:
-        """Move a group's committed offsets of a topic (exactly one target); returns the new offsets.
-        Refused (:class:`GroupNotEmpty`) while members of the group read the topic: each would
-        overwrite the reset with its next commit (Kafka resets only inactive groups)."""
+        """Move a group's committed offsets of ``topic`` (a name or several), or with
+        ``all_topics`` of every topic it committed offsets for (one that was deleted since is left
+        out), to exactly one target; returns the new offsets, clamped to each partition's log.
+        ``dry_run``: compute them and commit nothing (Kafka's ``--reset-offsets`` preview).
+        Refused (:class:`GroupNotEmpty`) while members of the group read one of the topics, preview
+        or not: each would overwrite the reset with its next commit (Kafka resets only inactive
+        groups)."""
         chosen = [to_earliest, to_latest, to_offset is not None, to_time is not None]
         if sum(chosen) != 1:
             raise InvalidRequest("choose exactly one of --to-earliest, --to-latest, --to-offset, --to-time")
-        active = sorted({m for topics, ids in self.view.group_members(group).items() if topic in topics for m in ids})
-        if active:
-            raise GroupNotEmpty(
-                f"consumer group {group!r} has {len(active)} live member(s) reading {topic!r} "
-                f"({', '.join(active[:5])}{', ...' if len(active) > 5 else ''}): stop them before resetting "
-                "its offsets, or their next commits overwrite the reset"
-            )
+        if (topic is not None) == all_topics:
+            raise InvalidRequest("choose the topics to reset: --topic TOPIC or --all-topics")
+        if all_topics:
+            committed = sorted({t for t, _ in self.view.committed_offsets(group)})
+            if not committed:
+                raise UnknownGroup(f"consumer group {group!r} has no committed offsets: --all-topics resets none")
+            existing = set(self.view.topics())
+            topics = [t for t in committed if t in existing]
+        else:
+            topics = [topic] if isinstance(topic, str) else list(dict.fromkeys(topic or ()))
+        members = self.view.group_members(group)
+        for name in topics:
+            active = sorted({m for read, ids in members.items() if name in read for m in ids})
+            if active:
+                raise GroupNotEmpty(
+                    f"consumer group {group!r} has {len(active)} live member(s) reading {name!r} "
+                    f"({', '.join(active[:5])}{', ...' if len(active) > 5 else ''}): stop them before resetting "
+                    "its offsets, or their next commits overwrite the reset"
+                )
         new: dict[tuple[str, int], int] = {}
-        for p in range(self.view.topic(topic, refresh=True).partitions):
-            offsets = self._client.list_offsets(topic, p, timestamp=to_time)
-            start, end = offsets["log_start_offset"], offsets["high_watermark"]
-            if to_earliest:
-                target = start
-            elif to_latest:
-                target = end
-            elif to_offset is not None:
-                target = min(max(to_offset, start), end)
-            else:
-                found = offsets.get("offset_for_time")
-                target = end if found is None else found
-            new[(topic, p)] = target
-        self.view.commit_offsets(group, new)
+        for name in topics:
+            for p in range(self.view.topic(name, refresh=True).partitions):
+                offsets = self._client.list_offsets(name, p, timestamp=to_time)
+                start, end = offsets["log_start_offset"], offsets["high_watermark"]
+                if to_earliest:
+                    target = start
+                elif to_latest:
+                    target = end
+                elif to_offset is not None:
+                    target = min(max(to_offset, start), end)
+                else:
+                    found = offsets.get("offset_for_time")
+                    target = end if found is None else found
+                new[(name, p)] = target
+        if not dry_run:
+            self.view.commit_offsets(group, new)
         return new
 
     def close(self) -> None:

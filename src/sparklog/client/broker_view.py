@@ -16,7 +16,7 @@ from __future__ import annotations
 import dataclasses
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import pyarrow.flight as flight
@@ -314,10 +314,27 @@ class BrokerView:
         self._forget(name)
         self.call(wire.DELETE_TOPIC, {"name": name, "internal": internal}, ADMIN_TIMEOUT_S)
 
-    def alter_topic_configs(self, name: str, configs: Mapping[str, Any], *, internal: bool = False) -> TopicMetadata:
-        body = {"name": name, "configs": {str(k): str(v) for k, v in configs.items()}, "internal": internal}
+    def alter_topic_configs(
+        self, name: str, configs: Mapping[str, Any], *, delete: Sequence[str] = (), internal: bool = False
+    ) -> TopicMetadata:
+        body: dict[str, Any] = {
+            "name": name,
+            "configs": {str(k): str(v) for k, v in configs.items()},
+            "internal": internal,
+        }
+        if delete:
+            body["delete"] = [str(k) for k in delete]
         self._forget(name)
-        return _topic_metadata(self.call(wire.ALTER_CONFIGS, body, ADMIN_TIMEOUT_S))
+        meta = _topic_metadata(self.call(wire.ALTER_CONFIGS, body, ADMIN_TIMEOUT_S))
+        kept = sorted(k for k in delete if k in meta.configs)
+        if kept:  # a broker that predates deleting ignores the list
+            raise InvalidRequest(f"the broker did not remove {', '.join(kept)} (is it older than this client?)")
+        return meta
+
+    def create_partitions(self, name: str, total: int, *, internal: bool = False) -> TopicMetadata:
+        self._forget(name)
+        body = {"name": name, "partitions": total, "internal": internal}
+        return _topic_metadata(self.call(wire.CREATE_PARTITIONS, body, ADMIN_TIMEOUT_S))
 
     def register_schema(self, topic: str, schema: Any) -> ValueSchema:
         if isinstance(schema, ValueSchema):

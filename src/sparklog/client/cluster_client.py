@@ -4,7 +4,7 @@ Flight connections to brokers, with retries."""
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, TypeVar
 
 import pyarrow.flight as flight
@@ -37,6 +37,13 @@ def fetch_connection(partition: int, leaders: int = 1) -> int:
 
 
 T = TypeVar("T")
+
+
+def no_leader_message(topic: str, partition: int, replicas: Sequence[int] | None) -> str:
+    """What a partition without a leader (leader -1: none of its in-sync replicas is on a live
+    broker, so the controller could elect none) is reported as."""
+    where = f"; its replicas are on broker(s) {','.join(map(str, replicas))}" if replicas else ""
+    return f"{topic}-{partition} has no leader (the brokers of its in-sync replicas are down{where})"
 
 
 class ClusterClient:
@@ -108,6 +115,12 @@ class ClusterClient:
         before the topic is complete)."""
         broker_id, info = self.view.leader(topic, partition, refresh)
         if info is None:
+            if broker_id < 0:  # the controller found no live in-sync replica to elect
+                try:
+                    replicas = self.view.topic(topic).replicas[partition]
+                except Exception:  # the message only
+                    replicas = None
+                raise BrokerNotAvailable(no_leader_message(topic, partition, replicas))
             raise BrokerNotAvailable(f"the leader of {topic}-{partition} (broker {broker_id}) is not live")
         return info
 

@@ -9,7 +9,7 @@ any reachable bootstrap broker (cached, refreshed on errors and after a short ma
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
 from sparklog.coordination.cluster import BrokerInfo, PartitionState, TopicMetadata
@@ -80,8 +80,14 @@ class ClusterView(Protocol):
     def delete_topic(self, name: str, *, internal: bool = False) -> None: ...
 
     def alter_topic_configs(
-        self, name: str, configs: Mapping[str, Any], *, internal: bool = False
-    ) -> TopicMetadata: ...
+        self, name: str, configs: Mapping[str, Any], *, delete: Sequence[str] = (), internal: bool = False
+    ) -> TopicMetadata:
+        """Set ``configs`` and remove the overrides named in ``delete`` (Kafka's incremental AlterConfigs)."""
+        ...
+
+    def create_partitions(self, name: str, total: int, *, internal: bool = False) -> TopicMetadata:
+        """Grow a topic to ``total`` partitions (Kafka's CreatePartitions; never fewer)."""
+        ...
 
     def register_schema(self, topic: str, schema: Any) -> ValueSchema: ...
 

@@ -6,7 +6,7 @@ ZooKeeper, and clients not given ``bootstrap.servers``."""
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from kazoo.protocol.states import EventType, WatchedEvent
@@ -177,8 +177,15 @@ class ZooKeeperView:
     def delete_topic(self, name: str, *, internal: bool = False) -> None:
         self.cluster.delete_topic(name, internal=internal)
 
-    def alter_topic_configs(self, name: str, configs: Mapping[str, Any], *, internal: bool = False) -> TopicMetadata:
-        return self.cluster.alter_topic_configs(name, configs, internal=internal)
+    def alter_topic_configs(
+        self, name: str, configs: Mapping[str, Any], *, delete: Sequence[str] = (), internal: bool = False
+    ) -> TopicMetadata:
+        return self.cluster.alter_topic_configs(name, configs, delete=delete, internal=internal)
+
+    def create_partitions(self, name: str, total: int, *, internal: bool = False) -> TopicMetadata:
+        meta = self.cluster.create_partitions(name, total, internal=internal)
+        self._topics.pop(name, None)
+        return meta
 
     def register_schema(self, topic: str, schema: Any) -> ValueSchema:
         self.cluster.topic(topic)

@@ -145,6 +145,37 @@ def assign_replicas(broker_ids: list[int], partitions: int, replication_factor: 
     return [[brokers[(start + p + r) % n] for r in range(replication_factor)] for p in range(partitions)]
 
 
+def check_partition_increase(name: str, current: int, total: int) -> None:
+    """:class:`InvalidPartitions` unless ``total`` partitions is more than the ``current`` ones
+    (partitions are added, never removed: Kafka's rule too)."""
+    if total < current:
+        raise InvalidPartitions(
+            f"topic {name!r} has {current} partitions: a partition count can only be increased, "
+            f"and {total} would remove {current - total}"
+        )
+    if total == current:
+        raise InvalidPartitions(f"topic {name!r} already has {current} partitions")
+
+
+def check_deletable_configs(keys: Iterable[str], configs: Mapping[str, Any] | None = None) -> list[str]:
+    """The topic configs an alter may remove (Kafka's ``--delete-config``): known names, none also
+    set by the same alter; ``partitioner`` stays (a topic without it places keys with fnv1a, as
+    topics older than the setting do: removing it would move every key)."""
+    removed = [str(k).strip() for k in keys]
+    known = TopicConfig.names()
+    for key in removed:
+        if key not in known:
+            raise InvalidConfig(f"unknown topic config '{key}'; known: {', '.join(known)}")
+        if key == PARTITIONER_CONFIG:
+            raise InvalidConfig(
+                "the partitioner config cannot be deleted: a topic without one places keys with fnv1a, as topics "
+                "created before the setting do; set another with --config partitioner=NAME"
+            )
+        if key in (configs or {}):
+            raise InvalidConfig(f"config '{key}' is both set and deleted")
+    return removed
+
+
 def _numeric(name: str) -> tuple[int, str]:
     return (int(name), "") if name.isdigit() else (1 << 62, name)
 
@@ -547,13 +578,20 @@ class ClusterMetadata:
             return
         raise InvalidRequest(f"topic {name!r} kept changing while being deleted; try again")
 
-    def alter_topic_configs(self, name: str, configs: Mapping[str, Any], *, internal: bool = False) -> TopicMetadata:
-        """Change some configs of a topic (validated; the brokers pick the change up by watch).
-        Internal (``__sparklog``) topics only with ``internal``."""
+    def alter_topic_configs(
+        self, name: str, configs: Mapping[str, Any], *, delete: Iterable[str] = (), internal: bool = False
+    ) -> TopicMetadata:
+        """Change some configs of a topic and remove the overrides named in ``delete`` (the topic
+        then has the default; a key it does not override is no error, an unknown key is), all
+        validated together; the brokers pick the change up by watch. Internal (``__sparklog``)
+        topics only with ``internal``."""
         if not internal:
             check_not_internal(name, "alter")
+        removed = check_deletable_configs(delete, configs)
         meta = self.topic(name)
         merged = {**meta.configs, **{k: str(v) for k, v in configs.items()}}
+        for key in removed:
+            merged.pop(key, None)
         if TopicConfig.from_dict(merged).lake_enabled:
             check_value_columns(name, self._latest_value_fields(name))
         data, stat = self.zk.get(self.layout.topic(name))
@@ -563,6 +601,93 @@ class ClusterMetadata:
         raw["configs"] = merged
         self.zk.set(self.layout.topic(name), json.dumps(raw).encode(), version=stat.version)
         return TopicMetadata(name, meta.replicas, merged)
+
+    def create_partitions(
+        self, name: str, total: int, *, internal: bool = False, num_partitions_max: int = NUM_PARTITIONS_MAX
+    ) -> TopicMetadata:
+        """Grow a topic to ``total`` partitions (Kafka's CreatePartitions). The new partitions get
+        the topic's replication factor on the live brokers, placed by :func:`assign_replicas` as a
+        new topic's are, the ring continuing from where the topic's first partition starts; their
+        state znodes are written first (leader: their first replica, as a creation writes them),
+        each chunk checked against the topic znode's version, then the topic's assignment in one
+        compare-and-set, which is what brokers watch: they take the new replicas as they take a
+        reassignment's. As many partitions as now or fewer is :class:`InvalidPartitions` (a
+        partition is never removed), so is more than ``num_partitions_max``; refused while a
+        reassignment of the topic is under way. Keyed records map to other partitions from then on."""
+        if not internal:
+            check_not_internal(name, "alter")
+        if total > num_partitions_max:
+            raise InvalidPartitions(
+                f"topic {name!r}: {total} partitions exceed num.partitions.max={num_partitions_max}"
+            )
+        layout = self.layout
+        for _attempt in range(3):
+            try:
+                data, stat = self.zk.get(layout.topic(name))
+            except NoNodeError:
+                raise UnknownTopic(f"unknown topic {name!r}") from None
+            raw = json.loads(data)
+            if raw.get("status"):
+                raise UnknownTopic(f"unknown topic {name!r} (it is being {raw['status'][:-3]}ed)")
+            replicas = [list(map(int, r)) for r in raw["replicas"]]
+            current = len(replicas)
+            check_partition_increase(name, current, total)
+            if self.zk.exists(layout.reassignment(name)):
+                raise InvalidRequest(f"a reassignment of topic {name!r} is in progress; add partitions once it is done")
+            factor = len(replicas[0])
+            brokers = sorted(self.brokers())
+            if len(brokers) < factor:
+                raise InvalidRequest(
+                    f"the new partitions of {name!r} need {factor} live brokers (its replication factor); "
+                    f"{len(brokers)} registered"
+                )
+            start = brokers.index(replicas[0][0]) if replicas[0][0] in brokers else 0
+            grown = replicas + assign_replicas(brokers, total, factor, start)[current:]
+            body = {**raw, "replicas": grown}
+            if len(json.dumps(body)) > ZK_MAX_DATA_BYTES:
+                raise InvalidPartitions(
+                    f"topic {name!r}: the metadata of {total} partitions x {factor} replicas is over ZooKeeper's "
+                    "1 MB limit; add fewer partitions"
+                )
+            if not self._write_new_partition_states(name, grown, current, stat.version):
+                continue  # the topic changed meanwhile: look again
+            tx = self.zk.transaction()
+            tx.set_data(layout.topic(name), json.dumps(body).encode(), version=stat.version)
+            if not any(isinstance(r, Exception) for r in tx.commit()):
+                return TopicMetadata(name, grown, dict(raw.get("configs", {})))
+        raise InvalidRequest(f"topic {name!r} kept changing while partitions were being added; try again")
+
+    def _write_new_partition_states(self, name: str, replicas: list[list[int]], first: int, topic_version: int) -> bool:
+        """The znodes and first states of partitions ``first``.. of ``replicas``, in chunks that each
+        check the topic znode is still at ``topic_version`` (False, and the rest not written, if it
+        is not). Nodes an earlier attempt left (it stopped before its last write) are overwritten."""
+        layout = self.layout
+        paths = [f"{layout.topic_partitions(name)}/{p}" for p in range(first, len(replicas))]
+        existing = [self.zk.exists_async(f"{path}/state") for path in paths]  # one pipelined round
+        ops: list[tuple[str, str, bytes]] = []
+        for p, path, found in zip(range(first, len(replicas)), paths, existing, strict=True):
+            state = PartitionState(replicas[p][0], 0, list(replicas[p])).to_json()
+            if found.get() is None:
+                if self.zk.exists(path) is None:
+                    ops.append(("create", path, b""))
+                ops.append(("create", f"{path}/state", state))
+            else:
+                ops.append(("set", f"{path}/state", state))
+        for chunk in _chunks(ops):
+            tx = self.zk.transaction()
+            tx.check(layout.topic(name), topic_version)
+            for op, path, data in chunk:
+                if op == "create":
+                    tx.create(path, data)
+                else:
+                    tx.set_data(path, data)
+            results = tx.commit()
+            if isinstance(results[0], Exception):
+                return False
+            failed = [r for r in results if isinstance(r, Exception) and not isinstance(r, RolledBackError)]
+            if failed:
+                raise InvalidRequest(f"could not create the new partitions of topic {name!r}: {failed[0]!r}")
+        return True
 
     def _latest_value_fields(self, name: str) -> list[str]:
         """The top-level field names of a typed topic's latest value schema ([] if untyped)."""

@@ -48,7 +48,7 @@
   "last_offset", "count"}, ...]}`` copies source offset ranges to partitions the same broker leads
   (:mod:`sparklog.broker.record_copy`).
 - **Cluster actions** (any broker answers them from its ZooKeeper view, Kafka's Metadata,
-  OffsetCommit/OffsetFetch and CreateTopics/DeleteTopics/AlterConfigs; clients given
+  OffsetCommit/OffsetFetch and CreateTopics/DeleteTopics/AlterConfigs/CreatePartitions; clients given
   ``bootstrap.servers`` need nothing else: :mod:`sparklog.broker.cluster_requests`):
   ``metadata`` ``{"topics": [names] | null (all), "describe"?: true}`` -> ``{"brokers": [{"id",
   "host", "port"}], "topics": [{"name", "replicas", "configs", "partitions": [{"leader",
@@ -58,8 +58,11 @@
   ``offset_fetch`` ``{"group", "topic"?}`` -> ``{"offsets": {topic: {"<partition>": offset}}}``
   (the znodes ``consumers/<g>/offsets/<t>/<p>``); ``list_groups`` -> ``{"groups"}``;
   ``create_topic`` ``{"name", "partitions", "replication_factor", "configs"?, "value_schema"?,
-  "internal"?}``, ``alter_configs`` ``{"name", "configs", "internal"?}`` -> the topic's
-  ``{"name", "replicas", "configs"}``; ``delete_topic`` ``{"name", "internal"?}`` -> ``{}``;
+  "internal"?}``, ``alter_configs`` ``{"name", "configs", "delete"?: [names], "internal"?}``
+  (Kafka's incremental AlterConfigs: set ``configs``, remove the overrides ``delete`` names),
+  ``create_partitions`` ``{"name", "partitions" (the new total), "internal"?}`` (Kafka's
+  CreatePartitions) -> the topic's ``{"name", "replicas", "configs"}``; ``delete_topic``
+  ``{"name", "internal"?}`` -> ``{}``;
   ``register_schema`` ``{"topic", "schema"}`` -> ``{"version", "schema"}``; ``sink_state``
   ``{"op": "read"|"write"|"delete", "sink", "state"?, "version"?}`` -> ``{"state", "version"}``
   (the Spark sink's compare-and-set state, :mod:`sparklog.coordination.sink_state`).
@@ -129,6 +132,7 @@ DESCRIBE_GROUP = "describe_group"
 CREATE_TOPIC = "create_topic"
 DELETE_TOPIC = "delete_topic"
 ALTER_CONFIGS = "alter_configs"
+CREATE_PARTITIONS = "create_partitions"
 REGISTER_SCHEMA = "register_schema"
 SINK_STATE = "sink_state"
 JOIN_GROUP = "join_group"
@@ -164,6 +168,7 @@ CLUSTER_ACTIONS = (
     CREATE_TOPIC,
     DELETE_TOPIC,
     ALTER_CONFIGS,
+    CREATE_PARTITIONS,
     REGISTER_SCHEMA,
     SINK_STATE,
     JOIN_GROUP,

@@ -35,6 +35,7 @@ class GroupOutcome:
         self.offsets: np.ndarray | None = None
         self.error: BaseException | None = None  # the whole group failed (before partitioning)
         self.partition_errors: dict[int, BaseException] = {}  # a partition's rows failed, others did not
+        self.record_errors: dict[int, BaseException] = {}  # rows refused before sending (a typed value)
 
 
 class ProduceFuture(tuple[GroupOutcome, int]):
@@ -53,6 +54,9 @@ class ProduceFuture(tuple[GroupOutcome, int]):
             raise TimeoutError("the record was not acknowledged in time")
         if outcome.error is not None:
             raise outcome.error
+        refused = outcome.record_errors.get(index)
+        if refused is not None:
+            raise refused
         assert outcome.partitions is not None and outcome.offsets is not None
         partition = int(outcome.partitions[index])
         failed = outcome.partition_errors.get(partition)

@@ -139,7 +139,9 @@ class Producer:
         partition: int | None = None,
         timestamp: int | None = None,
     ) -> ProduceFuture:
-        """Queue one record; the returned future resolves to its (topic, partition, offset)."""
+        """Queue one record; the returned future resolves to its (topic, partition, offset). A value
+        a typed topic's schema refuses fails its own future (:class:`InvalidRecord`), not those of
+        the records sent with it."""
         if self._closed:
             raise InvalidRequest("the producer is closed")
         if partition is not None and partition < 0:
@@ -231,23 +233,34 @@ class Producer:
         with self._lock:
             self._in_flight.add(outcome)
         try:
+            value, kept, outcome.record_errors = self._value_column_of(acc.topic, acc.values)
+            timestamps, keys, headers, partitions = acc.timestamps, acc.keys, acc.headers, acc.partitions
+            total = len(acc.values)
+            if kept is not None:  # records the topic's schema refused fail alone; the others go
+                timestamps = [timestamps[i] for i in kept]
+                keys, headers, partitions = (_pick(c, kept) for c in (keys, headers, partitions))
+                if not kept:
+                    outcome.partitions = outcome.offsets = np.full(total, -1, dtype=np.int64)
+                    self._finished(outcome)
+                    return
             header_column = None
-            if acc.headers is not None and acc.headers.count(None) != len(acc.headers):
+            if headers is not None and headers.count(None) != len(headers):
                 header_column = pa.array(
-                    [None if not h else [{"key": k, "value": v} for k, v in h.items()] for h in acc.headers],
+                    [None if not h else [{"key": k, "value": v} for k, v in h.items()] for h in headers],
                     HEADER_TYPE,
                 )
-            value = self._value_column(acc.topic, acc.values)
-            batch = wire_batch_of_rows(acc.timestamps, acc.keys, value, header_column)
+            batch = wire_batch_of_rows(timestamps, keys, value, header_column)
             explicit = None
-            if acc.partitions is not None and acc.partitions.count(None) != len(acc.partitions):
-                explicit = np.array([-1 if p is None else p for p in acc.partitions], dtype=np.int64)
+            if partitions is not None and partitions.count(None) != len(partitions):
+                explicit = np.array([-1 if p is None else p for p in partitions], dtype=np.int64)
             deadline = acc.created + self.delivery_timeout_s
             rows = batch.num_rows
 
             def all_done(sends: list[PartitionRows], parts: np.ndarray) -> None:
-                outcome.partitions = parts
-                outcome.offsets, outcome.partition_errors = _collect(rows, sends)
+                offsets, outcome.partition_errors = _collect(rows, sends)
+                if kept is not None:  # back to the rows of the whole group (-1: refused)
+                    parts, offsets = _spread(parts, kept, total), _spread(offsets, kept, total)
+                outcome.partitions, outcome.offsets = parts, offsets
                 self._finished(outcome)
 
             self._dispatch(acc.topic, pa.Table.from_batches([batch]), explicit, deadline, all_done)
@@ -322,6 +335,37 @@ class Producer:
         if all(v is None or isinstance(v, bytes | bytearray | memoryview) for v in values):
             return decode_avro(pa.array(values, pa.binary()), schema, lookup=self._client.schema_lookup(topic))
         raise InvalidRecord(f"values of typed topic {topic!r} must be dicts or Avro-encoded bytes, not a mix")
+
+    def _value_column_of(
+        self, topic: str, values: Sequence[Any]
+    ) -> tuple[pa.Array, list[int] | None, dict[int, BaseException]]:
+        """The value column of a group of ``send()`` records. When a typed topic's schema refuses
+        some of them (Kafka's serializer fails such a record alone, in ``send()``), the column of
+        the others, their rows (None: every row) and each refused row's error, found by halving
+        the rows that fail (a bad record costs a few columnar conversions, never one per row)."""
+        try:
+            return self._value_column(topic, values), None, {}
+        except InvalidRecord:
+            if len(values) == 1 or self._client.value_schema(topic) is None:
+                raise
+        kept: list[int] = []
+        columns: list[pa.Array] = []
+        refused: dict[int, BaseException] = {}
+        spans = [(0, len(values) // 2), (len(values) // 2, len(values))]
+        while spans:
+            start, end = spans.pop(0)
+            try:
+                columns.append(self._value_column(topic, values[start:end]))
+            except InvalidRecord as exc:
+                if end - start == 1:
+                    refused[start] = InvalidRecord(_one_record(str(exc)))
+                else:
+                    middle = (start + end) // 2
+                    spans[:0] = [(start, middle), (middle, end)]
+                continue
+            kept.extend(range(start, end))
+        value = pa.concat_arrays(columns) if columns else pa.array([], pa.binary())
+        return value, kept, refused
 
     def _typed(self, topic: str, table: pa.Table) -> tuple[pa.Table, ValueSchema | None]:
         """A typed topic's table with its value column in the latest schema's type."""
@@ -426,6 +470,24 @@ class Producer:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _pick(column: list[Any] | None, rows: list[int]) -> Any:
+    return None if column is None else [column[i] for i in rows]
+
+
+def _spread(values: np.ndarray, rows: list[int], total: int) -> np.ndarray:
+    """``values`` of some rows of a group placed at those rows of an array of ``total`` (-1 elsewhere)."""
+    out = np.full(total, -1, dtype=np.int64)
+    out[np.asarray(rows, dtype=np.int64)] = values
+    return out
+
+
+def _one_record(message: str) -> str:
+    """A conversion error of a single record, without the row number of its one-row batch."""
+    if message.startswith("row 0: "):
+        message = message[len("row 0: ") :]
+    return message.replace(" at row 0 ", " ", 1)
 
 
 def _collect(rows: int, sends: list[PartitionRows]) -> tuple[np.ndarray, dict[int, BaseException]]:
