@@ -731,6 +731,41 @@ def test_up_runs_a_cluster_and_stops_it_cleanly(
     assert (tmp_path / "data" / "broker-1").is_dir()
 
 
+@pytest.mark.parametrize("victim", ["broker", "zookeeper"])
+def test_up_stops_the_cluster_when_one_of_its_processes_dies(tmp_path: Path, victim: str) -> None:
+    """``kill -9`` of one of ``up``'s processes (broker 2, or its ZooKeeper): ``up`` says which one
+    exited and where its log is, stops the others cleanly and exits 1; nothing is left running."""
+    zk_port = free_port()
+    command = [*CLI, "up", "--brokers", "2", "--data-dir", str(tmp_path / "data"), "--broker-port", "0"]
+    proc = subprocess.Popen(
+        [*command, "--zookeeper-port", str(zk_port)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=_env()
+    )
+    children: set[int] = set()
+    try:
+        _Lines(proc).wait_for(lambda line: line.startswith("sparklog is up"))
+        children = _descendants(proc.pid)
+        marker = "--id\x002\x00" if victim == "broker" else "org.apache.zookeeper"
+        (target,) = [pid for pid in children if marker in Path(f"/proc/{pid}/cmdline").read_text(errors="replace")]
+        os.kill(target, signal.SIGKILL)
+        code = proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        for pid in _descendants(proc.pid) | children:
+            if _alive(pid):
+                os.kill(pid, signal.SIGKILL)
+    stderr = proc.stderr.read().decode() if proc.stderr else ""
+    assert code == 1, stderr
+    assert "Traceback" not in stderr, stderr
+    said = "broker 2 exited with code -9" if victim == "broker" else "its ZooKeeper exited"
+    assert f"sparklog: {said}" in stderr and "stopping the cluster" in stderr, stderr
+    assert stderr.splitlines()[-1].startswith(f"sparklog: error: {said}"), stderr
+    left = [pid for pid in children if _alive(pid)]
+    assert not left, f"processes left behind: {left}"
+    assert not port_is_open("127.0.0.1", zk_port)
+
+
 class socket_listening:
     """A TCP port with a listener on it for the duration of a ``with`` block."""
 

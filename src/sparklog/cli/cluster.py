@@ -280,25 +280,27 @@ def run_up(args: argparse.Namespace) -> int:
                     f"(or SPARKLOG_ZOOKEEPER={cluster.zookeeper}); Ctrl-C stops it",
                     flush=True,
                 )
-            _watch(cluster, stop)
+            died = _watch(cluster, stop)
+            if died is not None:
+                print(f"sparklog: {died}: stopping the cluster", file=sys.stderr, flush=True)
+                problems.append(died)
     finally:
-        problems = cluster.stop()
+        problems += cluster.stop()
         stop.restore()
     if problems:
         raise CliError("; ".join(problems))
     return 0
 
 
-def _watch(cluster: LocalCluster, stop: _StopSignal) -> None:
-    """Until a stop signal; reports (once) a broker that exits on its own."""
-    reported: set[int] = set()
+def _watch(cluster: LocalCluster, stop: _StopSignal) -> str | None:
+    """Until a stop signal (None) or a process of the cluster exits on its own: then what exited
+    (the cluster is stopped: half a cluster would only look alive)."""
     while not stop.wait(0.5):
+        zookeeper = cluster.embedded
+        if zookeeper is not None and not zookeeper.is_running():
+            return f"its ZooKeeper exited (log {zookeeper.log_path})"
         for b in cluster.brokers.values():
             code = b.exited()
-            if code is not None and b.broker_id not in reported:
-                reported.add(b.broker_id)
-                print(
-                    f"sparklog: warning: broker {b.broker_id} exited with code {code} (log {b.log_path})",
-                    file=sys.stderr,
-                    flush=True,
-                )
+            if code is not None:
+                return f"broker {b.broker_id} exited with code {code} (log {b.log_path})"
+    return None
