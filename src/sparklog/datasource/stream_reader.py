@@ -89,6 +89,25 @@ class SparklogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         results = offsets.with_retries(self.options, "offsets", lambda: connections.parallel(one, tps))
         return {tp: r for tp, r in zip(tps, results, strict=True) if r is not None}
 
+    def _listed_available(
+        self, tps: list[offsets.TP]
+    ) -> tuple[dict[offsets.TP, dict[str, Any]], dict[offsets.TP, SparklogError]]:
+        """list_offsets of the partitions whose leaders answer (asked ``fetchOffset.numRetries``
+        more times, ``fetchOffset.retryIntervalMs`` apart), and why each of the others did not
+        (a retriable error: no leader, broker down). Partitions whose topic vanished are left out;
+        any other error is raised."""
+        listed, failed = self.client.list_offsets_once(tps)
+        for _ in range(self.options.fetch_offset_retries):
+            if not any(error.retriable for error in failed.values()):
+                break
+            time.sleep(self.options.fetch_offset_retry_interval_ms / 1000)
+            again, failed = self.client.list_offsets_once([tp for tp, e in failed.items() if e.retriable])
+            listed.update(again)
+        for error in failed.values():
+            if not error.retriable and not isinstance(error, UnknownTopic):
+                raise error
+        return listed, {tp: error for tp, error in failed.items() if error.retriable}
+
     # ------------------------------------------------------------------------------------------ offsets
     def initialOffset(self) -> dict:
         tps = offsets.discover(self.client, self.options.subscription)
@@ -113,8 +132,14 @@ class SparklogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         tps = sorted(set(offsets.discover(self.client, self.options.subscription)) | set(begin))
         if self._target is not None:  # availableNow: nothing that arrived after the run began
             tps = [tp for tp in tps if tp in self._target or tp in begin]
-        listed = self._listed(tps)
-        missing = [tp for tp in begin if tp not in listed]
+        listed, unavailable = self._listed_available(tps)
+        if unavailable:  # Kafka's consumers read on: these keep their position until they answer again
+            log.warning(
+                "sparklog: partitions %s cannot be read now (%s); this micro-batch reads the others",
+                ", ".join(map(offsets.describe, sorted(unavailable))),
+                next(iter(unavailable.values())),
+            )
+        missing = [tp for tp in begin if tp not in listed and tp not in unavailable]
         if missing:
             message = f"sparklog: partitions {', '.join(map(offsets.describe, missing))} no longer exist"
             if self.options.fail_on_data_loss:
