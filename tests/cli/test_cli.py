@@ -923,7 +923,8 @@ def test_a_zookeeper_host_name_that_does_not_resolve_is_named_as_such() -> None:
 def test_a_partition_without_a_leader_is_said_to_have_none_once(brokers: Brokers) -> None:
     """When every broker of a partition's in-sync replicas is down the controller leaves it without
     a leader (-1): commands say the partition has no leader and where its replicas are (not that
-    "broker -1" is not live), in one line: a warning from describe, an error elsewhere."""
+    "broker -1" is not live), in one line: a warning from describe and consume (which waits for
+    it), an error from produce."""
     zk = brokers.connect
     brokers.start(1)
     brokers.start(2)
@@ -945,12 +946,12 @@ def test_a_partition_without_a_leader_is_said_to_have_none_once(brokers: Brokers
     assert described.stderr.splitlines() == [f"sparklog: warning: {said}"]
     rows = table(described.stdout, "PARTITION")
     assert rows[0]["LOG-END-OFFSET"] == "-" and rows[1]["LOG-END-OFFSET"] == "0"
-    for args, kwargs in (
-        (("produce", "big", "--partition", "0"), {"input": "a\n"}),
-        (("consume", "big", "--partition", "0", "--offset", "0"), {}),
-    ):
-        line = assert_one_line_error(run_cli(*args, zk=zk, **kwargs), said)
-        assert "broker -1" not in line and "not live" not in line
+    line = assert_one_line_error(run_cli("produce", "big", "--partition", "0", zk=zk, input="a\n"), said)
+    assert "broker -1" not in line and "not live" not in line
+    waited = ok("consume", "big", "--partition", "0", "--offset", "0", "--timeout-ms", "15000", zk=zk)
+    (line,) = waited.stderr.splitlines()[:-1]  # then "Processed a total of 0 messages"
+    assert line.startswith("sparklog: warning: big-0 cannot be read") and said in line, waited.stderr
+    assert "broker -1" not in line and "not live" not in line
 
 
 def test_typed_produce_errors_name_the_input_line_counted_from_one(one_broker: str, tmp_path: Path) -> None:
