@@ -219,6 +219,10 @@ class Controller:
                 return
             for p, (new_state, _) in shrunk.items():
                 log.info("controller: %s-%s moved to replicas %s (%s)", topic, p, replicas[p], new_state)
+            if shrunk:
+                # the next round finds them done and may finish the reassignment: look now, since
+                # no ISR grows to wake this thread (it waited for the 30 s reconcile before)
+                self._wake.set()
         if done and len(done) == len(targets):
             cluster.zk.delete(cluster.layout.reassignment(topic))
             log.info("controller: reassignment of %s finished", topic)
