@@ -195,7 +195,11 @@ class Controller:
         for p, target in targets.items():
             current = replicas[p]
             if current == target:
-                done.append(p)
+                # done once every replica is in sync: growing [2] to [2, 3] gives the target at once,
+                # before 3 has caught up (the ISR growing wakes this thread again)
+                state = PartitionState.from_json(cluster.zk.get(cluster.layout.partition_state(topic, p))[0])
+                if all(b in state.isr for b in target):
+                    done.append(p)
                 continue
             if not all(b in current for b in target):
                 replicas[p] = current + [b for b in target if b not in current]

@@ -115,7 +115,8 @@ def test_a_reassignment_that_drops_replicas_finishes_once_they_are_dropped(
 ) -> None:
     """The step that drops the old replicas is a reassignment's last: the controller finishes it
     then, not at its next periodic pass (nothing else wakes it; ``partitions reassign`` waited 30 s
-    for every move on a quiet cluster)."""
+    for every move on a quiet cluster). A partition whose grown replica list is already its target
+    (partition 1: [2] -> [2, 3]) is done only once the new replica is in sync."""
     with LocalCluster(tmp_path, brokers=3, zookeeper=sparklog_connect) as cluster:
         with Admin(cluster.zookeeper) as admin:
             admin.create_topic("dropping", 3, 1)
