@@ -167,6 +167,31 @@ def test_bootstrap_members_split_partitions_and_one_closing_gives_the_other_all(
             consumer.close()
 
 
+def test_a_members_poll_waits_up_to_its_timeout_for_records(start_broker: Any, sparklog_connect: str) -> None:
+    """A member's poll returns once records come, or after its whole timeout: the news of its
+    assignment, which reaches the consumer after its constructor got the partitions, is taken up
+    and does not end the first poll with nothing while records wait (it once did, at once)."""
+    broker = start_broker(1)
+    servers = bootstrap_of(broker)
+    topic, group = f"gm-{uuid.uuid4().hex[:6]}", f"g-{uuid.uuid4().hex[:6]}"
+    with Admin(bootstrap_servers=servers) as admin:
+        admin.create_topic(topic, PARTITIONS)
+    produced = produce(sparklog_connect, topic, 0, 60)
+    with member(topic, group, servers) as consumer:
+        assert len(consumer.assignment()) == PARTITIONS
+        first = consumer.poll_batches(timeout=30.0)
+        assert sum(b.num_rows for b in first) > 0, "the first poll returned nothing while records waited"
+        read = sum(b.num_rows for b in first)
+        while read < len(produced):
+            batches = consumer.poll_batches(timeout=30.0)
+            assert batches, "a poll returned nothing while records waited"
+            read += sum(b.num_rows for b in batches)
+        assert read == len(produced)
+        began = time.monotonic()
+        assert consumer.poll_batches(timeout=1.0) == []  # nothing left: it waits its timeout
+        assert time.monotonic() - began >= 0.9
+
+
 def last_assignment(events: list[dict[str, Any]]) -> list[int] | None:
     assigned = [e["partitions"] for e in events if e.get("event") == "assigned"]
     return assigned[-1] if assigned else None

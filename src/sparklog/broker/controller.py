@@ -195,7 +195,11 @@ class Controller:
         for p, target in targets.items():
             current = replicas[p]
             if current == target:
-                done.append(p)
+                # done once every replica is in sync: growing [2] to [2, 3] gives the target at once,
+                # before 3 has caught up (the ISR growing wakes this thread again)
+                state = PartitionState.from_json(cluster.zk.get(cluster.layout.partition_state(topic, p))[0])
+                if all(b in state.isr for b in target):
+                    done.append(p)
                 continue
             if not all(b in current for b in target):
                 replicas[p] = current + [b for b in target if b not in current]
@@ -219,6 +223,10 @@ class Controller:
                 return
             for p, (new_state, _) in shrunk.items():
                 log.info("controller: %s-%s moved to replicas %s (%s)", topic, p, replicas[p], new_state)
+            if shrunk:
+                # the next round finds them done and may finish the reassignment: look now, since
+                # no ISR grows to wake this thread (it waited for the 30 s reconcile before)
+                self._wake.set()
         if done and len(done) == len(targets):
             cluster.zk.delete(cluster.layout.reassignment(topic))
             log.info("controller: reassignment of %s finished", topic)

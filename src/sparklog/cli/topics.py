@@ -17,7 +17,7 @@ from sparklog.cli.common import (
     read_text_file,
 )
 from sparklog.coordination.cluster import NUM_PARTITIONS_MAX, check_deletable_configs, check_partition_increase
-from sparklog.errors import UnknownTopic
+from sparklog.errors import TopicExists, UnknownTopic
 from sparklog.names import check_not_internal, check_topic_name
 
 DESCRIBE_HEADERS = ("PARTITION", "LEADER", "REPLICAS", "ISR", "LOG-START-OFFSET", "LOG-END-OFFSET")
@@ -62,6 +62,11 @@ def add_topics(sub: argparse._SubParsersAction) -> None:
         "--value-schema",
         metavar="FILE",
         help="an Avro record schema (.avsc): a typed topic whose values are columns; default: none, values are bytes",
+    )
+    p.add_argument(
+        "--if-not-exists",
+        action="store_true",
+        help="a topic of that name exists already: leave it as it is and exit 0 (Kafka's flag)",
     )
     add_cluster_options(p)
     p.set_defaults(handler=_create)
@@ -146,7 +151,15 @@ def _create(args: argparse.Namespace) -> int:
         raise CliError(f"--replication-factor must be at least 1, got {args.replication_factor}")
     schema = read_text_file(args.value_schema, "--value-schema") if args.value_schema else None
     with admin(args) as client:
-        meta = client.create_topic(args.name, args.partitions, args.replication_factor, configs, value_schema=schema)
+        try:
+            meta = client.create_topic(
+                args.name, args.partitions, args.replication_factor, configs, value_schema=schema
+            )
+        except TopicExists:
+            if not args.if_not_exists:
+                raise
+            print(f"topic {args.name} exists already: left as it is")
+            return 0
     print(
         f"created {'typed ' if schema else ''}topic {meta.name} with {meta.partitions} partition(s), "
         f"replication factor {args.replication_factor}, configs {_configs_text(meta.configs)}"

@@ -394,6 +394,11 @@ class Consumer:
             if delivery is _WAKEUP:
                 self._woken = False
                 return out
+            if delivery is _MEMBERSHIP:
+                if out:  # poll_batches looks at the group before handing them out
+                    return out
+                self._follow_group(max(deadline - time.monotonic(), 0.0))
+                continue
             if batch is not None:
                 delivery.session.taken(batch)
             tp = delivery.tp
@@ -429,8 +434,9 @@ class Consumer:
         self._results.put((_WAKEUP, None))  # SimpleQueue.put is reentrant
 
     def _membership_changed(self) -> None:
-        """The group's assignment changed: a poll waiting for records looks at it at once."""
-        self._results.put((_WAKEUP, None))
+        """The group's assignment changed: a poll waiting for records takes it up at once and
+        goes on waiting (a poll returns early only for records or ``wakeup()``)."""
+        self._results.put((_MEMBERSHIP, None))
 
     def _close_sessions(self) -> list[FetchSession]:
         """End every open fetch (what they read is dropped); partitions wait for new ones."""
@@ -587,6 +593,7 @@ class Consumer:
 
 
 _WAKEUP: Any = object()  # queued by wakeup()
+_MEMBERSHIP: Any = object()  # queued when the group's assignment of this member changed
 
 
 class _PartitionColumns:

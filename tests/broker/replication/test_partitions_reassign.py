@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from sparklog import Admin, Consumer, Producer
+from sparklog.broker.controller import RECONCILE_INTERVAL_S
 from sparklog.coordination.cluster import ClusterMetadata, PartitionState
 from sparklog.local_cluster import LocalCluster
 
@@ -107,3 +108,21 @@ def test_reassignment_moves_replicas_online_without_losing_acknowledged_records(
         # brokers 1 and 2 no longer hold the partitions
         for old in (1, 2):
             assert not list((cluster.data_dir / f"broker-{old}").glob("moving-*"))
+
+
+def test_a_reassignment_that_drops_replicas_finishes_once_they_are_dropped(
+    tmp_path: Path, sparklog_connect: str
+) -> None:
+    """The step that drops the old replicas is a reassignment's last: the controller finishes it
+    then, not at its next periodic pass (nothing else wakes it; ``partitions reassign`` waited 30 s
+    for every move on a quiet cluster). A partition whose grown replica list is already its target
+    (partition 1: [2] -> [2, 3]) is done only once the new replica is in sync."""
+    with LocalCluster(tmp_path, brokers=3, zookeeper=sparklog_connect) as cluster:
+        with Admin(cluster.zookeeper) as admin:
+            admin.create_topic("dropping", 3, 1)
+            began = time.monotonic()
+            assignment = admin.reassign_partitions("dropping", {p: [2, 3] for p in range(3)}, wait=True)
+            took = time.monotonic() - began
+            assert assignment == {0: [2, 3], 1: [2, 3], 2: [2, 3]}
+            assert all(sorted(p["isr"]) == [2, 3] for p in admin.describe_topic("dropping")["partitions"])
+        assert took < RECONCILE_INTERVAL_S / 2, f"the reassignment took {took:.1f} s"
