@@ -30,6 +30,7 @@ from sparklog.client.cluster_client import ClusterClient
 from sparklog.coordination.cluster import ClusterMetadata
 from sparklog.coordination.zookeeper_server import four_letter_word
 from sparklog.errors import (
+    CoordinatorNotAvailable,
     InvalidConfig,
     InvalidGroupId,
     InvalidRequest,
@@ -38,6 +39,7 @@ from sparklog.errors import (
     TopicExists,
     UnknownTopic,
 )
+from sparklog.local_cluster import LocalCluster
 from sparklog.protocol import wire
 from waiting import wait_for
 
@@ -436,3 +438,29 @@ def test_spark_job_through_bootstrap_servers_opens_no_zookeeper_session(
 
     with ClusterMetadata(spark_cluster.zookeeper) as meta:  # the stream's group commits, in ZooKeeper
         assert meta.committed_offsets(group) == {(topic, p): 25 for p in range(12)}
+
+
+def test_a_produce_while_zookeeper_is_down_names_zookeeper(tmp_path: Path) -> None:
+    """With the cluster's ZooKeeper stopped, a broker answers what needs ZooKeeper at once with
+    COORDINATOR_NOT_AVAILABLE naming it (kazoo would hold the call until its client's deadline,
+    which then blamed the broker for not answering), so a producer through bootstrap servers fails
+    after its delivery timeout saying that the broker is cut off from ZooKeeper."""
+    cluster = LocalCluster(tmp_path / "data", brokers=1)
+    cluster.lock_data_dir()
+    try:
+        assert cluster.embedded is not None
+        cluster.embedded.start()
+        for broker in cluster.brokers.values():
+            broker.start()
+        cluster.wait_for_brokers([1], 60)
+        with Admin(cluster.zookeeper) as admin:
+            admin.create_topic("cut", 1, 1)
+        servers = ",".join(f"127.0.0.1:{b.port}" for b in cluster.brokers.values())
+        cluster.embedded.stop()
+        with (
+            pytest.raises(CoordinatorNotAvailable, match="cut off from ZooKeeper"),
+            Producer(bootstrap_servers=servers, acks="all", delivery_timeout_s=8) as producer,
+        ):
+            producer.send("cut", b"x").result(60)
+    finally:
+        cluster.stop()

@@ -428,6 +428,12 @@ def test_joining_without_read_on_the_group_is_denied(
         admin.create_topic("orders", 2)
     secure.allow("topic", "orders", "Read")
 
+    def described() -> bool:  # the broker's ACL watch has the new Read (which allows Describe)
+        with Admin(bootstrap_servers=servers, config=secure.client("alice")) as alice:
+            return _or_none(lambda: alice.describe_topic("orders")) is not None
+
+    wait_for(described, 15, "alice's Read on the topic to reach the broker", 0.2)
+
     def join() -> Consumer:
         return member("orders", "g1", servers, config=secure.client("alice"), retry_timeout_s=5)
 

@@ -171,6 +171,10 @@ class ClusterRequests:
         here (:mod:`sparklog.broker.call_authorization`); ``may`` is the caller's permissions for
         what Kafka also decides item by item: a listing leaves out the topics and groups the caller
         may not Describe, and a named topic it may not Describe is answered with its own error."""
+        if not self.cluster.zk.connected:  # kazoo would hold the call until it reconnects
+            raise CoordinatorNotAvailable(
+                f"the broker is cut off from ZooKeeper (its connection is {self.cluster.zk.state}); retry"
+            )
         with _zookeeper_errors():
             return self.actions[action](request, may)
 
