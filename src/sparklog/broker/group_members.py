@@ -32,7 +32,7 @@ from kazoo.exceptions import KazooException
 from kazoo.protocol.states import KazooState
 from kazoo.recipe.partitioner import SetPartitioner
 
-from sparklog.errors import BrokerNotAvailable, InvalidRequest, UnknownMemberId
+from sparklog.errors import BrokerNotAvailable, CoordinatorNotAvailable, InvalidRequest, UnknownMemberId
 
 log = logging.getLogger(__name__)
 
@@ -79,6 +79,8 @@ class GroupMembers:
                 f"'session_timeout_ms' must be {MIN_SESSION_TIMEOUT_MS} to {MAX_SESSION_TIMEOUT_MS}, "
                 f"got {session_timeout_ms}"
             )
+        if not self.zk.connected:  # a partitioner made now would wait for ZooKeeper, its member gone by then
+            raise CoordinatorNotAvailable("this broker cannot reach ZooKeeper now: join again (through any broker)")
         with self._lock:
             if self._closing:
                 raise BrokerNotAvailable("the broker is shutting down: join the group through another one")
@@ -116,7 +118,10 @@ class GroupMembers:
         if closing or part.failed:
             self._finish(member_id)  # type: ignore[arg-type]
             return {"state": FAILED, **self._timeouts()}
-        if released and part.release:
+        if released and part.release and self.zk.connected:
+            # kazoo asks for a release as soon as the connection drops; giving the locks up needs
+            # ZooKeeper (a release_set() now would hold this call until it is back, and the
+            # member's lease would run out): done by the first heartbeat once it is back
             part.release_set()
         if part.acquired:
             return {"state": ACQUIRED, "partitions": [str(i) for i in part], **self._timeouts()}

@@ -75,7 +75,7 @@ class ClusterClient:
                 bootstrap_servers, retry_timeout_s=retry_timeout_s, security=security, clients=self._clients
             )
         else:
-            self.view = ZooKeeperView(zookeeper, session_timeout_s=session_timeout_s)
+            self.view = ZooKeeperView(zookeeper, session_timeout_s=session_timeout_s, retry_timeout_s=retry_timeout_s)
         self.address = ClusterAddress(zookeeper, bootstrap_servers or None, security)
         self.retries = retries
         self.retry_timeout_s = retry_timeout_s

@@ -25,6 +25,7 @@ from typing import Any, NamedTuple
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+from kazoo.exceptions import KazooException
 from kazoo.recipe.partitioner import SetPartitioner
 
 from sparklog.client.broker_view import BrokerView
@@ -153,7 +154,7 @@ class Consumer:
             for p in range(self._client.topic(t).partitions)
             if partitions is None or p in set(partitions)
         ]
-        items = [f"{t}:{p}" for t, p in all_partitions]
+        items = self._items = [f"{t}:{p}" for t, p in all_partitions]
         view = self._client.view
         if group is None:
             self._assign(all_partitions)
@@ -163,30 +164,37 @@ class Consumer:
                 view, group, self.topics, items, session_timeout_s, on_change=self._membership_changed
             )
         else:
-            path = self._client.cluster.layout.group_partitioner(group, self.topics)
-            # a member id of its own: kazoo's default (host and pid) is the same for every member
-            # in one process, and members with one id compute the same share and wait forever for
-            # each other's locks
-            self._partitioner = SetPartitioner(
-                self._client.cluster.zk, path, items, identifier=uuid.uuid4().hex, time_boundary=0.5
-            )
+            self._partitioner = self._zookeeper_member()
         self._follow_group(FIRST_ASSIGNMENT_WAIT_S)
+
+    def _zookeeper_member(self) -> SetPartitioner:
+        """A new member of the group's ``SetPartitioner`` party on this consumer's ZooKeeper session."""
+        assert self.group is not None
+        path = self._client.cluster.layout.group_partitioner(self.group, self.topics)
+        # a member id of its own: kazoo's default (host and pid) is the same for every member in
+        # one process, and members with one id compute the same share and wait forever for each
+        # other's locks
+        return SetPartitioner(
+            self._client.cluster.zk, path, self._items, identifier=uuid.uuid4().hex, time_boundary=0.5
+        )
 
     # ----------------------------------------------------------------- assignment
     def _follow_group(self, wait: float = ASSIGNMENT_WAIT_S) -> None:
         """Take up the group's current assignment, waiting up to ``wait`` s for one while the group
         allocates and this consumer has none."""
-        part = self._partitioner
+        part = self._membership()
         if part is None:
             return
-        self._check_membership(part)
         if part.release:
             self._assigned, self._positions, self._awaiting_reset = [], {}, set()
             self._close_sessions()
-            part.release_set()
+            if self._may_release(part):
+                part.release_set()
         if part.allocating and not self._assigned:
             self._await_assignment(part, wait)
-            self._check_membership(part)
+            part = self._membership()
+            if part is None:
+                return
         if part.acquired and not self._assigned:
             owned = []
             for item in part:
@@ -203,11 +211,48 @@ class Consumer:
                 return
             part.wait_for_acquire(timeout=min(left, WAKEUP_CHECK_S))
 
-    def _check_membership(self, part: SetPartitioner | BrokerGroupMembership) -> None:
-        if part.failed:
-            if isinstance(part, BrokerGroupMembership) and part.error is not None:
+    def _may_release(self, part: SetPartitioner | BrokerGroupMembership) -> bool:
+        """Whether the group's partitions can be given up now. kazoo's ``SetPartitioner`` asks for
+        a release as soon as its ZooKeeper connection drops (it cannot tell whether its locks
+        outlive that), but giving locks up needs ZooKeeper: a ``release_set()`` while it is away
+        would hold the poll until it is back (or fail the partitioner: the consumer would lose its
+        membership). So the consumer stops reading at once and releases once it is connected again
+        (the session, and the locks, lived on if it was back within the session timeout)."""
+        return isinstance(part, BrokerGroupMembership) or self._client.cluster.zk.connected
+
+    def _membership(self) -> SetPartitioner | BrokerGroupMembership | None:
+        """The group membership to follow (None: no group, or none until ZooKeeper is back). A
+        membership through brokers joins again by itself: failed, it failed for good (e.g. no Read
+        on the group). A ZooKeeper-native one that failed is replaced (:meth:`_join_again`)."""
+        part = self._partitioner
+        if part is None or not part.failed:
+            return part
+        if isinstance(part, BrokerGroupMembership):
+            if part.error is not None:
                 raise part.error  # e.g. AuthorizationFailed: no Read on the group
             raise InvalidRequest(f"lost membership of group {self.group!r}")
+        return self._join_again(part)
+
+    def _join_again(self, failed: SetPartitioner) -> SetPartitioner | None:
+        """Join the group anew after kazoo's ``SetPartitioner`` failed, for good: the session
+        expired (ZooKeeper away for longer than the session timeout), or ZooKeeper went away while
+        it took its locks. A Kafka consumer that lost its session joins again too. Nothing is read
+        meanwhile; the partitions the group gives this member start from the committed offsets.
+        None while ZooKeeper cannot be reached (the next poll tries again)."""
+        self._assigned, self._positions, self._awaiting_reset = [], {}, set()
+        self._close_sessions()
+        zk = self._client.cluster.zk
+        if not zk.connected:
+            return None
+        log.warning("group %r: lost this member's ZooKeeper session or locks: joining the group again", self.group)
+        zk.remove_listener(failed._establish_sessionwatch)  # kazoo keeps it until a session is lost
+        try:
+            failed.finish()  # the locks it still holds on this session, if any, and its party node
+            self._partitioner = self._zookeeper_member()
+        except KazooException as exc:
+            log.warning("group %r: could not join again yet (%s); retrying", self.group, type(exc).__name__)
+            return None
+        return self._partitioner
 
     def _assign(self, partitions: list[TopicPartition]) -> None:
         """Take these partitions from their committed offsets, or where ``auto_offset_reset`` puts
@@ -559,6 +604,8 @@ class Consumer:
         if self.group is None:
             raise InvalidRequest("commit() needs a consumer group (group=...)")
         chosen = offsets if offsets is not None else dict(self._positions)
+        if not chosen:  # nothing to write (Kafka's commitSync of nothing): no ZooKeeper, which may be away
+            return
         part = self._partitioner
         if part is not None:
             if part.failed:

@@ -1,29 +1,42 @@
 """The cluster as read from ZooKeeper (the client's own session): broker membership and each used
 partition's state are followed by watches, a typed topic's schema versions too; offsets, topics and
 the Spark sink's state are read and written in ZooKeeper directly. For admin tools run next to
-ZooKeeper, and clients not given ``bootstrap.servers``."""
+ZooKeeper, and clients not given ``bootstrap.servers``.
+
+ZooKeeper may be away for a while (restarted) while the session lives on: a consumer's offset
+commits and reads wait for it (up to ``retry_timeout_s``, as a commit through brokers retries) and
+a leader lookup fails with a retriable :class:`~sparklog.errors.CoordinatorNotAvailable` at once,
+rather than a kazoo error ending the caller."""
 
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
-from kazoo.protocol.states import EventType, WatchedEvent
+from kazoo.exceptions import ConnectionClosedError, ConnectionLoss, OperationTimeoutError, SessionExpiredError
+from kazoo.handlers.threading import KazooTimeoutError
+from kazoo.protocol.states import EventType, KazooState, WatchedEvent
 from kazoo.recipe.watchers import ChildrenWatch
 
 from sparklog.client.cluster_view import TopicPartition
 from sparklog.coordination.cluster import BrokerInfo, ClusterMetadata, PartitionState, TopicMetadata
 from sparklog.coordination.sink_state import SinkStates
+from sparklog.errors import CoordinatorNotAvailable
 from sparklog.schemas.registry import SchemaRegistry
 from sparklog.schemas.value_schema import ValueSchema
+
+T = TypeVar("T")
+RECONNECT_CHECK_S = 0.1  # how often a request waiting for ZooKeeper to be back looks
 
 
 class ZooKeeperView:
     """A :class:`~sparklog.client.cluster_view.ClusterView` over a ZooKeeper session."""
 
-    def __init__(self, zookeeper: str, session_timeout_s: float = 10.0) -> None:
+    def __init__(self, zookeeper: str, session_timeout_s: float = 10.0, retry_timeout_s: float = 30.0) -> None:
         self.cluster = ClusterMetadata(zookeeper, timeout=session_timeout_s).start()
+        self.retry_timeout_s = retry_timeout_s
         self._topics: dict[str, TopicMetadata] = {}
         self._leaders: dict[TopicPartition, int] = {}
         self._brokers: dict[int, BrokerInfo] = {}
@@ -34,6 +47,34 @@ class ZooKeeperView:
         self._lock = threading.Lock()
         self.sinks = SinkStates(self.cluster.zk, self.cluster.layout)
         ChildrenWatch(self.cluster.zk, self.cluster.layout.broker_ids, self._on_brokers)
+        self.cluster.zk.add_listener(self._on_connection)
+
+    # ------------------------------------------------------------------ ZooKeeper away
+    def _now(self, call: Callable[[], T]) -> T:
+        """``call`` (ZooKeeper requests) if the connection is up; CoordinatorNotAvailable (retriable)
+        if it is not, or drops meanwhile (kazoo would hold a request until it is back)."""
+        if not self.cluster.zk.connected:
+            raise CoordinatorNotAvailable(f"ZooKeeper at {self.cluster.connect} cannot be reached now")
+        try:
+            return call()
+        except ConnectionClosedError:
+            raise  # this client was closed: not a reason to wait
+        except (ConnectionLoss, OperationTimeoutError, SessionExpiredError, KazooTimeoutError) as exc:
+            raise CoordinatorNotAvailable(
+                f"ZooKeeper at {self.cluster.connect} cannot be reached now ({type(exc).__name__})"
+            ) from None
+
+    def _waiting(self, call: Callable[[], T]) -> T:
+        """``call`` once ZooKeeper is reachable, tried again while it is not, for up to
+        ``retry_timeout_s``; then its CoordinatorNotAvailable."""
+        deadline = time.monotonic() + self.retry_timeout_s
+        while True:
+            try:
+                return self._now(call)
+            except CoordinatorNotAvailable:
+                if time.monotonic() + RECONNECT_CHECK_S > deadline:
+                    raise
+            time.sleep(RECONNECT_CHECK_S)
 
     # ------------------------------------------------------------------ watches
     def _on_brokers(self, _children: list[str]) -> None:
@@ -68,6 +109,17 @@ class ZooKeeperView:
             return
         self._leaders[key] = PartitionState.from_json(data).leader
 
+    def _on_connection(self, state: str) -> None:
+        """kazoo drops every watch when its connection drops (firing them without a path): once
+        connected again, each followed partition state is read anew with a new watch, so a leader
+        that changed meanwhile, or changes later, is seen (not only after refused fetches)."""
+        if state != KazooState.CONNECTED:
+            return
+        for path, key in list(self._state_paths.items()):
+            if key in self._watched:
+                result = self.cluster.zk.get_async(path, watch=self._on_state_event)
+                result.rawlink(lambda done, key=key: self._got_state(key, done))
+
     def _on_state_event(self, event: WatchedEvent) -> None:
         key = self._state_paths.get(event.path) if event.path else None
         if key is None:
@@ -94,6 +146,13 @@ class ZooKeeperView:
         return meta
 
     def leader(self, topic: str, partition: int, refresh: bool = False) -> tuple[int, BrokerInfo | None]:
+        known = None if refresh else self._leaders.get((topic, partition))
+        info = None if known is None else self._brokers.get(known)
+        if known is not None and info is not None:
+            return known, info  # no ZooKeeper request: answered while ZooKeeper is away too
+        return self._now(lambda: self._leader(topic, partition, refresh))
+
+    def _leader(self, topic: str, partition: int, refresh: bool) -> tuple[int, BrokerInfo | None]:
         key = (topic, partition)
         broker_id = None if refresh else self._leaders.get(key)
         if broker_id is None and not refresh and key not in self._watched:
@@ -149,10 +208,10 @@ class ZooKeeperView:
 
     # ------------------------------------------------------------------ consumer groups
     def commit_offsets(self, group: str, offsets: Mapping[TopicPartition, int]) -> None:
-        self.cluster.commit_offsets(group, offsets)
+        self._waiting(lambda: self.cluster.commit_offsets(group, offsets))
 
     def committed_offsets(self, group: str, topic: str | None = None) -> dict[TopicPartition, int]:
-        return self.cluster.committed_offsets(group, topic)
+        return self._waiting(lambda: self.cluster.committed_offsets(group, topic))
 
     def groups(self) -> list[str]:
         return self.cluster.groups()

@@ -17,6 +17,7 @@ from kazoo.protocol.states import WatchedEvent
 from sparklog.config import PARTITIONER_CONFIG, TopicConfig
 from sparklog.coordination.zk_layout import ZkLayout, split_connect_string
 from sparklog.coordination.zookeeper_acls import ZooKeeperDigest, client_options
+from sparklog.coordination.zookeeper_client import zookeeper_client
 from sparklog.errors import (
     CoordinatorNotAvailable,
     InvalidConfig,
@@ -225,7 +226,7 @@ class ClusterMetadata:
         self.layout = ZkLayout(root)
         self._own_client = client is None
         digest = digest or ZooKeeperDigest.from_env()
-        self.zk = client or KazooClient(hosts=hosts, timeout=timeout, **client_options(digest))
+        self.zk = client or zookeeper_client(hosts, timeout, **client_options(digest))
         self._timeout = timeout
 
     # ----------------------------------------------------------------- lifecycle
