@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from kazoo.client import KazooClient
 from kazoo.exceptions import NodeExistsError, NoNodeError, NotEmptyError, RolledBackError
 from kazoo.handlers.threading import KazooTimeoutError
-from kazoo.protocol.states import WatchedEvent
+from kazoo.protocol.states import WatchedEvent, ZnodeStat
 
 from sparklog.config import PARTITIONER_CONFIG, TopicConfig
 from sparklog.coordination.zk_layout import ZkLayout, split_connect_string
@@ -531,14 +531,18 @@ class ClusterMetadata:
             raise UnknownTopic(f"unknown topic {name!r} (it is being {status[:-3]}ed)")
         return meta
 
+    def _topic_node(self, name: str) -> tuple[dict[str, Any], ZnodeStat]:
+        """A topic's znode, parsed, and its stat (UnknownTopic without one)."""
+        try:
+            data, stat = self.zk.get(self.layout.topic(name))
+        except NoNodeError:
+            raise UnknownTopic(f"unknown topic {name!r}") from None
+        return json.loads(data), stat
+
     def read_topic(self, name: str) -> tuple[TopicMetadata, str]:
         """A topic's metadata and its status: "" when visible, ``creating`` or ``deleting`` while
         that is under way (readers must treat those as absent); UnknownTopic without a topic node."""
-        try:
-            data, _ = self.zk.get(self.layout.topic(name))
-        except NoNodeError:
-            raise UnknownTopic(f"unknown topic {name!r}") from None
-        raw = json.loads(data)
+        raw, _ = self._topic_node(name)
         meta = TopicMetadata(name, [list(map(int, r)) for r in raw["replicas"]], dict(raw.get("configs", {})))
         return meta, str(raw.get("status", ""))
 
@@ -551,11 +555,7 @@ class ClusterMetadata:
             check_not_internal(name, "delete")
         layout = self.layout
         for _attempt in range(3):
-            try:
-                data, stat = self.zk.get(layout.topic(name))
-            except NoNodeError:
-                raise UnknownTopic(f"unknown topic {name!r}") from None
-            raw = json.loads(data)
+            raw, stat = self._topic_node(name)
             status = str(raw.get("status", ""))
             if status:
                 try:
@@ -623,11 +623,7 @@ class ClusterMetadata:
             )
         layout = self.layout
         for _attempt in range(3):
-            try:
-                data, stat = self.zk.get(layout.topic(name))
-            except NoNodeError:
-                raise UnknownTopic(f"unknown topic {name!r}") from None
-            raw = json.loads(data)
+            raw, stat = self._topic_node(name)
             if raw.get("status"):
                 raise UnknownTopic(f"unknown topic {name!r} (it is being {raw['status'][:-3]}ed)")
             replicas = [list(map(int, r)) for r in raw["replicas"]]
