@@ -5,10 +5,16 @@ PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.sparklog-installed
+CC     ?= cc
+# the Kafka record batch codec (sparklog.kafka.record_batch loads it with ctypes)
+CODEC  := src/sparklog/kafka/_records.so
 
 .PHONY: install test test-fast demo bench bench-kafka lint clean
 
-install: $(STAMP)
+install: $(STAMP) $(CODEC)
+
+$(CODEC): src/sparklog/kafka/_records.c
+	$(CC) -O2 -Wall -Wextra -shared -fPIC -o $@ $<
 
 $(STAMP): setup.cfg pyproject.toml scripts/install_zookeeper.sh scripts/zookeeper-pom.xml scripts/install_delta.sh scripts/delta-pom.xml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -38,4 +44,4 @@ demo: install
 	$(BIN)/python -m sparklog.demo
 
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis build dist src/*.egg-info data
+	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis build dist src/*.egg-info data $(CODEC)

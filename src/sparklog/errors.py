@@ -311,6 +311,12 @@ def error_from_code(code: str, message: str) -> SparklogError:
     return _all_error_types().get(code, SparklogError)(message)
 
 
+class UnsupportedCompression(SparklogError):
+    """A Kafka record batch compressed with a codec this build does not decode."""
+
+    code = "UNSUPPORTED_COMPRESSION_TYPE"
+
+
 class BrokerIdInUse(InvalidRequest):
     """Another live broker is registered under this broker's id."""
 

@@ -1,0 +1,1 @@
+"""Kafka's wire protocol over sparklog's logs (in progress): the record batch codec."""
