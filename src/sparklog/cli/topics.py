@@ -66,7 +66,8 @@ def add_topics(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--if-not-exists",
         action="store_true",
-        help="a topic of that name exists already: leave it as it is and exit 0 (Kafka's flag)",
+        help="a topic of that name exists already: leave it as it is and exit 0 (Kafka's flag); "
+        "default: off, an existing topic is an error",
     )
     add_cluster_options(p)
     p.set_defaults(handler=_create)
