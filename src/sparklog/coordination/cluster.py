@@ -517,13 +517,20 @@ class ClusterMetadata:
             raise InvalidRequest(f"could not remove topic {name!r}: {results!r}")
 
     def topics(self) -> list[str]:
-        """The topics, without those being created or deleted."""
+        """The topics, without those being created or deleted. The pending marks are read before
+        and after the names (two reads are not one snapshot): a topic pending at either read is left
+        out, so one whose deletion began before this call, or whose creation is still under way
+        after it, is never listed."""
+        before = self._pending_topics()
         names = self.zk.get_children(self.layout.topics)
-        try:
-            pending = set(self.zk.get_children(self.layout.pending_topics))
-        except NoNodeError:
-            pending = set()
+        pending = before | self._pending_topics()
         return sorted(n for n in names if n not in pending)
+
+    def _pending_topics(self) -> set[str]:
+        try:
+            return set(self.zk.get_children(self.layout.pending_topics))
+        except NoNodeError:
+            return set()
 
     def topic(self, name: str) -> TopicMetadata:
         meta, status = self.read_topic(name)
