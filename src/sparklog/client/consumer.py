@@ -274,6 +274,11 @@ class Consumer:
         for tp, error in unreachable.items():
             self._refuse(tp, error)
 
+    @property
+    def _reset_key(self) -> str:
+        """The list_offsets field ``auto_offset_reset`` starts a partition at."""
+        return "log_start_offset" if self.auto_offset_reset == "earliest" else "high_watermark"
+
     def _reset_positions(
         self, tps: list[TopicPartition]
     ) -> tuple[dict[TopicPartition, int], dict[TopicPartition, SparklogError]]:
@@ -282,9 +287,8 @@ class Consumer:
         if tps and self.auto_offset_reset == "none":
             tp = tps[0]
             raise OffsetOutOfRange(f"no committed offset for {tp[0]}-{tp[1]} and auto_offset_reset=none")
-        key = "log_start_offset" if self.auto_offset_reset == "earliest" else "high_watermark"
         answers, failed = self._client.list_offsets_once(tps)
-        return {tp: offsets[key] for tp, offsets in answers.items()}, failed
+        return {tp: offsets[self._reset_key] for tp, offsets in answers.items()}, failed
 
     def assignment(self) -> list[TopicPartition]:
         """The (topic, partition) pairs this consumer reads now."""
@@ -539,8 +543,7 @@ class Consumer:
         the client's retries)."""
         tp = self._tp(partition, topic)
         if tp in self._awaiting_reset:
-            key = "log_start_offset" if self.auto_offset_reset == "earliest" else "high_watermark"
-            self._positions[tp] = self._client.list_offsets(*tp)[key]
+            self._positions[tp] = self._client.list_offsets(*tp)[self._reset_key]
             self._awaiting_reset.discard(tp)
         return self._positions[tp]
 

@@ -110,12 +110,7 @@ def read_frame(data: pa.Buffer) -> Frame:
         raise InvalidRecord(f"a produced frame does not start with an Arrow IPC message: {exc}") from None
     declared = declared_batch(message)
     rest = data.slice(source.tell())
-    try:
-        metadata = wire.decode(rest) if rest.size else {}
-    except (ValueError, UnicodeDecodeError, RecursionError):
-        raise InvalidRequest("a produced batch's metadata is not valid JSON") from None
-    if not isinstance(metadata, dict):
-        raise InvalidRequest("a produced batch's metadata must be a JSON object")
+    metadata = wire.decode_object(rest, "a produced batch's metadata") if rest.size else {}
     return Frame(message, declared, metadata)
 
 

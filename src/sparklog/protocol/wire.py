@@ -112,7 +112,7 @@ from typing import Any
 
 import pyarrow.flight as flight
 
-from sparklog.errors import AuthenticationFailed, BrokerNotAvailable, SparklogError, error_from_code
+from sparklog.errors import AuthenticationFailed, BrokerNotAvailable, InvalidRequest, SparklogError, error_from_code
 from sparklog.security.client_config import PLAINTEXT, ClientSecurity
 
 ERROR_PREFIX = "sparklog:"
@@ -230,6 +230,17 @@ def encode(obj: dict[str, Any]) -> bytes:
 def decode(data: bytes | memoryview | Any) -> dict[str, Any]:
     raw = data.to_pybytes() if hasattr(data, "to_pybytes") else bytes(data)
     return json.loads(raw)
+
+
+def decode_object(data: bytes | memoryview | Any, what: str) -> dict[str, Any]:
+    """``data`` as a JSON object; :class:`InvalidRequest` naming ``what`` if it is not one."""
+    try:
+        decoded = decode(data)
+    except (ValueError, UnicodeDecodeError, RecursionError):
+        raise InvalidRequest(f"{what} is not valid JSON") from None
+    if not isinstance(decoded, dict):
+        raise InvalidRequest(f"{what} must be a JSON object")
+    return decoded
 
 
 MAX_ERROR_MESSAGE = 1000  # characters: messages quote what a request held, which may be anything

@@ -183,10 +183,5 @@ def read_frame(data: pa.Buffer) -> ReplicaFrame:
         if end is not None or message is None or schema.type != "schema":
             raise InvalidRequest("a replica fetch frame must hold one schema and one record batch")
         rest = data.slice(source.tell())
-    try:
-        metadata = wire.decode(rest)
-    except (ValueError, UnicodeDecodeError, RecursionError):
-        raise InvalidRequest("a replica fetch message's metadata is not valid JSON") from None
-    if not isinstance(metadata, dict):
-        raise InvalidRequest("a replica fetch message's metadata must be a JSON object")
+    metadata = wire.decode_object(rest, "a replica fetch message's metadata")
     return ReplicaFrame(metadata, schema, message, data.size)
