@@ -91,6 +91,20 @@ class NotLeader(SparklogError):
     retriable = True
 
 
+class FencedLeaderEpoch(NotLeader):
+    """The client names an older leader epoch than the partition's leader has: its metadata is
+    stale (Kafka's FENCED_LEADER_EPOCH); refresh metadata and retry."""
+
+    code = "FENCED_LEADER_EPOCH"
+
+
+class UnknownLeaderEpoch(NotLeader):
+    """The client names a newer leader epoch than this broker knows of: this broker has not
+    heard of the new leader yet (Kafka's UNKNOWN_LEADER_EPOCH); retry."""
+
+    code = "UNKNOWN_LEADER_EPOCH"
+
+
 class NotEnoughReplicas(SparklogError):
     """Fewer in-sync replicas than ``min.insync.replicas``: the write was refused."""
 

@@ -29,10 +29,16 @@ BROKER_STOP_TIMEOUT_S = 15.0
 
 
 def broker_command(
-    broker_id: int, port: int, data_dir: Path, zookeeper: str, lake_dir: str | os.PathLike[str] | None = None
+    broker_id: int,
+    port: int,
+    data_dir: Path,
+    zookeeper: str,
+    lake_dir: str | os.PathLike[str] | None = None,
+    kafka_port: int | None = None,
 ) -> list[str]:
     """The command line of a broker process (this interpreter, ``python -m sparklog.broker``)."""
     lake = [] if lake_dir is None else ["--lake-dir", str(lake_dir)]
+    lake += [] if kafka_port is None else ["--kafka-port", str(kafka_port)]
     return [
         sys.executable,
         "-m",
@@ -62,10 +68,12 @@ class BrokerProcess:
         zookeeper: str,
         log_path: Path | None = None,
         lake_dir: str | os.PathLike[str] | None = None,
+        kafka_port: int | None = None,
     ) -> None:
         self.broker_id = broker_id
         self.lake_dir = lake_dir
         self.port = port
+        self.kafka_port = kafka_port  # its plaintext Kafka listener's (None: none)
         self.data_dir = data_dir
         self.zookeeper = zookeeper
         self.log_path = log_path or data_dir / "broker.log"
@@ -78,7 +86,9 @@ class BrokerProcess:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         if self.owner_only:
             os.chmod(self.data_dir, DIRECTORY_MODE)  # the broker makes what is inside owner-only
-        command = broker_command(self.broker_id, self.port, self.data_dir, self.zookeeper, self.lake_dir)
+        command = broker_command(
+            self.broker_id, self.port, self.data_dir, self.zookeeper, self.lake_dir, self.kafka_port
+        )
         command += self.extra_args
         self._log = open_for_append(self.log_path, self.owner_only)  # kept open while the broker runs
         self._log.write(f"\n=== starting {' '.join(command)}\n".encode())
@@ -157,8 +167,10 @@ class LocalCluster:
         log_dir: Path | None = None,
         secure: bool = False,
         lake_dir: str | os.PathLike[str] | None = None,
+        kafka_ports: list[int] | None = None,
     ) -> None:
-        """``secure``: TLS, SCRAM and ACLs as ``sparklog up --secure`` sets them up
+        """``kafka_ports``: each broker's plaintext Kafka-protocol listener (default: free ports;
+        none on a ``secure`` cluster). ``secure``: TLS, SCRAM and ACLs as ``sparklog up --secure`` sets them up
         (:mod:`sparklog.security.local_setup`); clients then need :meth:`client_config`. The
         embedded ZooKeeper is then locked down too (its root, its four-letter words), and everything
         under ``data_dir`` is owner-only (directories 0700, files 0600).
@@ -177,6 +189,9 @@ class LocalCluster:
         self.zookeeper = zookeeper
         self.lake_dir = lake_dir if lake_dir is not None else self.data_dir / "lake"
         ports = broker_ports or [free_port() for _ in range(brokers)]
+        kafka: list[int | None] = [None] * brokers
+        if not secure:
+            kafka = list(kafka_ports or [free_port() for _ in range(brokers)])
         self.brokers = {
             i + 1: BrokerProcess(
                 i + 1,
@@ -185,6 +200,7 @@ class LocalCluster:
                 zookeeper,
                 log_dir / f"broker-{i + 1}.log" if log_dir else None,
                 self.lake_dir,
+                kafka[i],
             )
             for i in range(brokers)
         }
@@ -226,6 +242,11 @@ class LocalCluster:
     def bootstrap_servers(self) -> str:
         """The brokers' plaintext listeners, as a client's ``bootstrap.servers``."""
         return ",".join(f"127.0.0.1:{broker.port}" for broker in self.brokers.values())
+
+    @property
+    def kafka_bootstrap_servers(self) -> str:
+        """The brokers' Kafka-protocol listeners, as a Kafka client's ``bootstrap.servers``."""
+        return ",".join(f"127.0.0.1:{b.kafka_port}" for b in self.brokers.values() if b.kafka_port is not None)
 
     def client_config(self) -> dict[str, str]:
         """What a client passes as ``config=`` (bootstrap servers and the admin's SASL_SSL settings

@@ -30,6 +30,7 @@ def main(
     producer_id_expiration_ms: int = DEFAULT_PRODUCER_ID_EXPIRATION_MS,
     config_file: str | None = None,
     lake_dir: str | None = None,
+    kafka_port: int | None = None,
 ) -> int:
     """Run one broker in the foreground (``sparklog broker``); ``config_file``: a properties file
     with its listeners and security settings (:mod:`sparklog.security.broker_config`)."""
@@ -54,6 +55,7 @@ def main(
         producer_id_expiration_ms=producer_id_expiration_ms,
         security=security,
         lake_dir=lake_dir,
+        kafka_port=kafka_port,
     )
     try:
         broker.start()
@@ -64,6 +66,9 @@ def main(
     if config_file is not None:
         listed = ", ".join(f"{e.protocol}://{e.host}:{e.port}" for e in broker.endpoints)
         print(f"broker {broker_id} listeners: {listed}", flush=True)
+    if broker.kafka_endpoints:
+        listed = ", ".join(f"{e.protocol}://{e.host}:{e.port}" for e in broker.kafka_endpoints)
+        print(f"broker {broker_id} Kafka listeners: {listed}", flush=True)
     broker.run_until_signalled(stop_early)
     return 0
 
@@ -79,6 +84,13 @@ def run(argv: list[str] | None = None) -> int:
     parser.add_argument("--producer-id-expiration-ms", type=int, default=DEFAULT_PRODUCER_ID_EXPIRATION_MS)
     parser.add_argument("--config", default=None, help="properties file: listeners, TLS, SASL (server.properties)")
     parser.add_argument("--lake-dir", default=None, help="where lake-enabled topics' Delta tables are (dir or URI)")
+    parser.add_argument(
+        "--kafka-port",
+        type=int,
+        default=None,
+        help="a plaintext Kafka-protocol listener on --host at this port (0: any free port); default: "
+        "only what the --config file's kafka.listeners says",
+    )
     args = parser.parse_args(argv)
     return main(
         args.id,
@@ -90,6 +102,7 @@ def run(argv: list[str] | None = None) -> int:
         args.producer_id_expiration_ms,
         args.config,
         args.lake_dir,
+        args.kafka_port,
     )
 
 

@@ -32,6 +32,7 @@ from sparklog.broker.call_limits import DEFAULT_MAX_CALLS_PER_IP
 from sparklog.broker.cluster_requests import ClusterRequests
 from sparklog.broker.controller import Controller
 from sparklog.broker.group_members import GroupMembers
+from sparklog.broker.kafka_gateway import KafkaGateway
 from sparklog.broker.lake.delta_table import DeltaTableWriter
 from sparklog.broker.lake.lake_reader import LakeReader
 from sparklog.broker.lake.source import PartitionSource, TieringSource
@@ -54,6 +55,7 @@ from sparklog.coordination.lake_offsets import LakeOffsets
 from sparklog.coordination.ports import port_is_open
 from sparklog.dir_lock import DirLock
 from sparklog.errors import BrokerIdInUse, InvalidRequest
+from sparklog.kafka.server import KafkaListener
 from sparklog.schemas.registry import SchemaRegistry
 from sparklog.schemas.value_schema import ValueSchema
 from sparklog.security.broker_config import BrokerSecurity, Listener
@@ -88,12 +90,15 @@ class Broker:
         producer_id_expiration_ms: int = DEFAULT_PRODUCER_ID_EXPIRATION_MS,
         security: BrokerSecurity | None = None,
         lake_dir: str | None = None,
+        kafka_port: int | None = None,
     ) -> None:
         """``security``: listeners, TLS and SASL (default: one plaintext listener on ``host``:``port``).
+        ``kafka_port``: a plaintext Kafka-protocol listener on ``host`` at that port (0: any free
+        one) when ``security`` configures none (``kafka.listeners``); None: none.
         ``lake_dir``: where lake-enabled topics' Delta tables are (``<lake_dir>/<topic>``; a
         directory or a URI deltalake writes); without it this broker tiers nothing."""
         self.broker_id = broker_id
-        self.security = security or BrokerSecurity.plaintext(host, port)
+        self.security = (security or BrokerSecurity.plaintext(host, port)).with_kafka_port(host, kafka_port)
         self.data_dir = Path(data_dir)
         self.max_calls_per_ip = max_calls_per_ip
         self.host = host
@@ -132,6 +137,8 @@ class Broker:
         self.server: BrokerServer | None = None  # the first listener's
         self.servers: list[BrokerServer] = []
         self.endpoints: list[Listener] = []  # advertised, with the ports bound
+        self.kafka_listeners: list[KafkaListener] = []  # Kafka's wire protocol (kafka.listeners)
+        self.kafka_endpoints: list[Listener] = []  # advertised, with the ports bound
         self.access: AccessControl | None = None  # replica guard, ACLs and quotas, once started
         self.cluster_requests: ClusterRequests | None = None  # clients' metadata, offsets and admin
         self.group_members: GroupMembers | None = None  # consumer group members hosted for clients
@@ -214,6 +221,7 @@ class Broker:
         self._port = bound[0][0].port
         ports = {listener.protocol: listener.port for listener, _ in bound}
         self.endpoints = [Listener(a.protocol, a.host, a.port or ports[a.protocol]) for a in self.security.advertised]
+        self._open_kafka_listeners(cluster, states)
         self._register()  # before taking any role: a second broker with this id stops here
         ChildrenWatch(cluster.zk, cluster.layout.broker_ids, self._on_brokers)
         self.topic_watcher.start()
@@ -232,6 +240,30 @@ class Broker:
         log.info("broker %s serving on %s:%s", self.broker_id, self.host, self.port)
         return self
 
+    def _open_kafka_listeners(self, cluster: ClusterMetadata, states: PartitionStateCache) -> None:
+        """Bind the Kafka-protocol listeners (``kafka.listeners``), serving from here on."""
+        if not self.security.kafka_listeners:
+            return
+        gateway = KafkaGateway(
+            self.broker_id,
+            self.replicas.leader_partition,
+            self.catalog.value_schemas,
+            self.union_read,
+            self.replicas.changes,
+            cluster,
+            lambda: self.live_brokers,
+            self.catalog.topic_metadata,
+            states.states,
+        )
+        ports = {}
+        for listener in self.security.kafka_listeners:
+            kafka = KafkaListener(gateway, listener.host, listener.port, max_connections_per_ip=self.max_calls_per_ip)
+            self.kafka_listeners.append(kafka.start())
+            ports[listener.protocol] = kafka.port
+        self.kafka_endpoints = [
+            Listener(a.protocol, a.host, a.port or ports[a.protocol]) for a in self.security.kafka_advertised
+        ]
+
     def _register(self) -> None:
         """Register in ZooKeeper. After a crash the previous session's node lingers until that
         session expires, so wait for it (a little longer than a session timeout); but a node whose
@@ -246,6 +278,7 @@ class Broker:
                     first.port,
                     [(e.protocol, e.host, e.port) for e in self.endpoints],
                     self.security.broker_principal,
+                    [(e.protocol, e.host, e.port) for e in self.kafka_endpoints],
                 )
                 return
             except InvalidRequest:
@@ -316,6 +349,9 @@ class Broker:
         servers, self.servers, self.server = self.servers, [], None
         for server in servers:
             server.begin_shutdown()
+        kafka_listeners, self.kafka_listeners = self.kafka_listeners, []
+        for kafka in kafka_listeners:
+            kafka.stop(grace_s=min(1.0, grace_s))
         self.replicas.replication.stop()
         if self._started:
             if self.access is not None:

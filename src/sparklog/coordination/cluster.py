@@ -3,9 +3,11 @@ and consumer groups' committed offsets. Used by brokers, clients and the CLI ali
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import dataclasses
 import json
+import uuid
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -57,6 +59,14 @@ class BrokerInfo:
     port: int
     endpoints: tuple[tuple[str, str, int], ...] = ()
     principal: str | None = None
+    kafka_endpoints: tuple[tuple[str, str, int], ...] = ()  # its Kafka-protocol listeners, advertised
+
+    def kafka_address(self, protocol: str = "PLAINTEXT") -> tuple[str, int] | None:
+        """Where a Kafka client with ``security.protocol`` = ``protocol`` reaches this broker."""
+        for name, host, port in self.kafka_endpoints:
+            if name == protocol:
+                return host, port
+        return None
 
     @property
     def location(self) -> str:
@@ -85,18 +95,23 @@ class BrokerInfo:
 
 def broker_info(broker_id: int, raw: Mapping[str, Any]) -> BrokerInfo:
     """A broker's registration (its znode's JSON) as a :class:`BrokerInfo`."""
-    endpoints = []
-    for name, address in dict(raw.get("endpoints") or {}).items():
-        host, _, port = str(address).rpartition(":")
-        endpoints.append((str(name), host, int(port)))
     principal = raw.get("principal")
     return BrokerInfo(
         broker_id,
         str(raw["host"]),
         int(raw["port"]),
-        tuple(endpoints),
+        _addresses(raw.get("endpoints")),
         principal if isinstance(principal, str) else None,
+        _addresses(raw.get("kafka_endpoints")),
     )
+
+
+def _addresses(listed: object) -> tuple[tuple[str, str, int], ...]:
+    out = []
+    for name, address in dict(listed or {}).items():  # type: ignore[call-overload]
+        host, _, port = str(address).rpartition(":")
+        out.append((str(name), host, int(port)))
+    return tuple(out)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -264,12 +279,17 @@ class ClusterMetadata:
         port: int,
         endpoints: Iterable[tuple[str, str, int]] = (),
         principal: str | None = None,
+        kafka_endpoints: Iterable[tuple[str, str, int]] = (),
     ) -> None:
-        """Announce a live broker (an ephemeral node: it disappears with the broker's session)."""
+        """Announce a live broker (an ephemeral node: it disappears with the broker's session):
+        its Flight listeners and its Kafka-protocol ones (``kafka_endpoints``), as advertised."""
         raw: dict[str, Any] = {"host": host, "port": port}
         listed = {name: f"{h}:{p}" for name, h, p in endpoints}
         if listed:
             raw["endpoints"] = listed
+        kafka = {name: f"{h}:{p}" for name, h, p in kafka_endpoints}
+        if kafka:
+            raw["kafka_endpoints"] = kafka
         if principal is not None:
             raw["principal"] = principal
         data = json.dumps(raw).encode()
@@ -277,6 +297,27 @@ class ClusterMetadata:
             self.zk.create(self.layout.broker(broker_id), data, ephemeral=True)
         except NodeExistsError:
             raise InvalidRequest(f"broker id {broker_id} is already registered by a live broker") from None
+
+    def cluster_id(self) -> str:
+        """The cluster's id (as Kafka's, 22 characters of URL-safe base64 of a random UUID), made
+        and stored by whoever asks first; every later reader gets the same."""
+        path = self.layout.cluster_id
+        try:
+            data, _ = self.zk.get(path)
+        except NoNodeError:
+            made = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+            with contextlib.suppress(NodeExistsError):  # another broker made it first: read theirs
+                self.zk.create(path, json.dumps({"version": "1", "id": made}).encode(), makepath=True)
+            data, _ = self.zk.get(path)
+        return str(json.loads(data)["id"])
+
+    def controller_id(self) -> int:
+        """The broker holding the controller znode (-1: none right now)."""
+        try:
+            data, _ = self.zk.get(self.layout.controller)
+            return int(json.loads(data)["broker_id"])
+        except NoNodeError:
+            return -1
 
     def brokers(self) -> dict[int, BrokerInfo]:
         """The live brokers by id."""

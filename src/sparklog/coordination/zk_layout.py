@@ -1,8 +1,10 @@
 """Where things live in ZooKeeper (PRODUCT.md section 6), under a root that defaults to ``/sparklog``.
 
 ```
-<root>/brokers/ids/<id>                                  ephemeral: {"host", "port"}
+<root>/brokers/ids/<id>                                  ephemeral: {"host", "port", "endpoints",
+                                                         "kafka_endpoints"?, "principal"?}
 <root>/controller                                        ephemeral: {"broker_id"}
+<root>/cluster/id                                        {"version": "1", "id": <22 characters>}
 <root>/topics/<topic>                                    {"replicas": [[ids]...], "configs"[, "status"]}
 <root>/topics/<topic>/partitions/<p>/state               {"leader", "leader_epoch", "isr"}
 <root>/topics/<topic>/partitions/<p>/lake                lake.enabled: offset tiered into the Delta
@@ -68,6 +70,11 @@ class ZkLayout:
     @property
     def controller(self) -> str:
         return f"{self.root}/controller"
+
+    @property
+    def cluster_id(self) -> str:
+        """The cluster's id (Kafka's ``cluster/id``), made by the first broker that asks."""
+        return f"{self.root}/cluster/id"
 
     @property
     def isr_change(self) -> str:

@@ -146,7 +146,7 @@ def split_batches(data: pa.Buffer | bytes) -> list[tuple[BatchHeader, pa.Buffer]
     return out
 
 
-def decode_batch(data: pa.Buffer | bytes) -> DecodedBatch:
+def decode_batch(data: pa.Buffer | bytes, max_bytes: int | None = None) -> DecodedBatch:
     """One uncompressed batch's records as columns, its CRC checked; :class:`CorruptRecord` for a
     wrong CRC or a malformed record (naming which), :class:`UnsupportedCompression` for a
     compressed one."""

@@ -92,11 +92,29 @@ class BrokerSecurity:
     authorizer: bool = False
     zookeeper_digest: ZooKeeperDigest | None = None
     owner_only: bool = False
+    kafka_listeners: tuple[Listener, ...] = ()  # the Kafka-protocol listeners (kafka.listeners)
+    kafka_advertised: tuple[Listener, ...] = ()
 
     @classmethod
-    def plaintext(cls, host: str, port: int) -> BrokerSecurity:
+    def plaintext(cls, host: str, port: int, kafka_port: int | None = None) -> BrokerSecurity:
+        """One plaintext Flight listener on ``host``:``port``, and a plaintext Kafka listener on
+        ``kafka_port`` unless it is None (0: any free port)."""
         listener = Listener("PLAINTEXT", host, port)
-        return cls((listener,), (listener,))
+        kafka = (Listener("PLAINTEXT", host, kafka_port),) if kafka_port is not None else ()
+        return cls((listener,), (listener,), kafka_listeners=kafka, kafka_advertised=kafka)
+
+    def with_kafka_port(self, host: str, kafka_port: int | None) -> BrokerSecurity:
+        """These settings, plus a plaintext Kafka listener on ``kafka_port`` when none is configured
+        (``--kafka-port``; None: none)."""
+        if self.kafka_listeners or kafka_port is None:
+            return self
+        if self.authenticates or any(listener.tls for listener in self.listeners):
+            raise InvalidConfig(
+                "--kafka-port opens a plaintext Kafka listener, which would let anyone past this secured "
+                "broker's TLS and SASL: configure kafka.listeners instead"
+            )
+        kafka = (Listener("PLAINTEXT", host, kafka_port),)
+        return dataclasses.replace(self, kafka_listeners=kafka, kafka_advertised=kafka)
 
     @classmethod
     def from_properties(cls, properties: Mapping[str, str], host: str, port: int) -> BrokerSecurity:
@@ -153,6 +171,7 @@ class BrokerSecurity:
             inter_broker = ClientSecurity.from_config(inter)
         except InvalidConfig as exc:
             raise InvalidConfig(f"inter-broker settings: {exc} (inter.broker.sasl.username/password)") from None
+        kafka_listeners, kafka_advertised = _kafka_listeners(properties)
         return cls(
             listeners,
             advertised,
@@ -166,6 +185,8 @@ class BrokerSecurity:
             authorizer,
             ZooKeeperDigest.parse(properties["zookeeper.digest"]) if properties.get("zookeeper.digest") else None,
             owner_only,
+            kafka_listeners,
+            kafka_advertised,
         )
 
     @property
@@ -184,6 +205,33 @@ class BrokerSecurity:
 
     def pem(self, location: str | None) -> bytes | None:
         return Path(location).read_bytes() if location else None
+
+
+KAFKA_PROTOCOLS = ("PLAINTEXT",)  # what a Kafka-protocol listener speaks so far
+
+
+def _kafka_listeners(properties: Mapping[str, str]) -> tuple[tuple[Listener, ...], tuple[Listener, ...]]:
+    """``kafka.listeners`` and ``kafka.advertised.listeners`` (Kafka's syntax: the Kafka-protocol
+    listeners beside the Flight ones; none when unset)."""
+    text = properties.get("kafka.listeners", "").strip()
+    if not text:
+        if properties.get("kafka.advertised.listeners"):
+            raise InvalidConfig("kafka.advertised.listeners is set but kafka.listeners is not")
+        return (), ()
+    listeners = parse_listeners(text, "kafka.listeners")
+    for listener in listeners:
+        if listener.protocol not in KAFKA_PROTOCOLS:
+            raise InvalidConfig(
+                f"kafka.listeners: {listener.protocol} is not served yet (only {', '.join(KAFKA_PROTOCOLS)})"
+            )
+    advertised = listeners
+    if properties.get("kafka.advertised.listeners"):
+        advertised = parse_listeners(properties["kafka.advertised.listeners"], "kafka.advertised.listeners")
+        if sorted(a.protocol for a in advertised) != sorted(b.protocol for b in listeners):
+            raise InvalidConfig("kafka.advertised.listeners must name the same protocols as kafka.listeners")
+    elif any(listener.host in ("0.0.0.0", "::", "") for listener in listeners):
+        raise InvalidConfig("a Kafka listener binds every address: set kafka.advertised.listeners")
+    return listeners, advertised
 
 
 def _boolean(properties: Mapping[str, str], setting: str) -> bool:

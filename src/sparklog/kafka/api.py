@@ -1,0 +1,70 @@
+"""What a Kafka API handler is: the API it serves (request and response classes generated from
+Kafka's JSON message schemas by kafka-python's ``kafka.protocol``, and the versions answered) and
+the function answering one request, given the request's context."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from sparklog.kafka.broker_access import KafkaBroker
+
+# kafka-python's generated message classes carry no type information
+Message = Any
+
+
+@dataclasses.dataclass(frozen=True)
+class ApiSpec:
+    """One Kafka API as served here: its classes and the versions answered (``min_version`` at
+    Kafka 4's floor, ``max_version`` where the API starts naming topics by id, which sparklog's
+    topics do not have)."""
+
+    request: Any  # a kafka.protocol ApiMessage request class
+    response: Any
+    min_version: int
+    max_version: int
+
+    @property
+    def key(self) -> int:
+        return int(self.request.API_KEY)
+
+    @property
+    def name(self) -> str:
+        return str(self.request.name)
+
+
+@dataclasses.dataclass
+class ListenerState:
+    """What the handlers of one broker's Kafka listener share between requests and connections."""
+
+    specs: tuple[ApiSpec, ...]  # every API served (ApiVersions lists them)
+    groups: Any = None  # the classic group protocol's coordinator, once one serves here
+
+
+@dataclasses.dataclass
+class RequestContext:
+    """One request as its handler sees it: the version it came in (the response goes out in the
+    same), who sent it, and the broker and listener-wide state the handler may use."""
+
+    api_version: int
+    correlation_id: int
+    client_id: str | None
+    peer: tuple[str, int]
+    broker: KafkaBroker
+    listener: ListenerState
+    stopping: Callable[[], bool]
+
+    def response(self, spec: ApiSpec, **fields: Any) -> Message:
+        """The response to this request, in its version."""
+        return spec.response[self.api_version](**fields)
+
+
+Handler = Callable[[Message, RequestContext], Message | None]  # None: no response (acks=0 produce)
+
+
+@dataclasses.dataclass(frozen=True)
+class ApiHandler:
+    spec: ApiSpec
+    handle: Handler
