@@ -25,6 +25,7 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
+from confluent_kafka import Producer as KafkaProducer
 from kazoo.client import KazooClient
 from kazoo.exceptions import NoAuthError
 
@@ -707,8 +708,16 @@ def test_up_runs_a_cluster_and_stops_it_cleanly(
         leaders = {r["LEADER"] for r in table(ok("topics", "describe", "through-up", zk=zk).stdout, "PARTITION")}
         assert leaders == {str(b) for b in ports}
         ok("produce", "through-up", "--key-separator", ",", zk=zk, input="".join(f"k{i},v{i}\n" for i in range(50)))
-        consumed = ok("consume", "through-up", "--from-beginning", "--max-messages", "50", "--print-key", zk=zk)
-        assert sorted(consumed.stdout.splitlines()) == sorted(f"k{i}\tv{i}" for i in range(50))
+        # every broker serves Kafka clients too: its Kafka listener is in the ready lines
+        (kafka_line,) = [line for line in out.seen if line.startswith("Kafka clients: bootstrap.servers=")]
+        kafka_servers = kafka_line.split("=", 1)[1].split(",")
+        assert len(kafka_servers) == brokers_n
+        kafka_producer = KafkaProducer({"bootstrap.servers": ",".join(kafka_servers)})
+        for i in range(50, 60):
+            kafka_producer.produce("through-up", key=f"k{i}".encode(), value=f"v{i}".encode())
+        assert kafka_producer.flush(30) == 0
+        consumed = ok("consume", "through-up", "--from-beginning", "--max-messages", "60", "--print-key", zk=zk)
+        assert sorted(consumed.stdout.splitlines()) == sorted(f"k{i}\tv{i}" for i in range(60))
     finally:
         if proc.poll() is None:
             proc.send_signal(sig)

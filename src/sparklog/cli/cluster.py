@@ -54,6 +54,14 @@ def add_up(sub: argparse._SubParsersAction) -> None:
         help="first broker's port (default 9092)",
     )
     p.add_argument(
+        "--kafka-port",
+        type=int,
+        default=0,
+        metavar="BASE",
+        help="first broker's Kafka-protocol listener (Kafka clients, plaintext), broker i on BASE+i-1 "
+        "(default 0 = any free ports)",
+    )
+    p.add_argument(
         "--lake-dir",
         metavar="DIR_OR_URI",
         help="where lake-enabled topics' Delta tables go (default DIR/lake)",
@@ -201,16 +209,17 @@ class _StopSignal:
             signal.signal(sig, handler)
 
 
-def _broker_ports(base: int, count: int) -> list[int]:
-    """``base``, ``base+1``, ... where free (0: any free ports)."""
+def _broker_ports(base: int, count: int, taken: list[int] | None = None) -> list[int]:
+    """``base``, ``base+1``, ... where free and not ``taken`` (0: any free ports)."""
     from sparklog.coordination.ports import free_port, port_is_open
 
     ports: list[int] = []
+    used = set(taken or ())
     for i in range(count):
         port = base + i if base > 0 else 0
-        if not port or port in ports or port >= 65536 or port_is_open("127.0.0.1", port, timeout=0.2):
+        if not port or port in ports or port in used or port >= 65536 or port_is_open("127.0.0.1", port, timeout=0.2):
             port = free_port()
-            while port in ports:
+            while port in ports or port in used:
                 port = free_port()
         ports.append(port)
     return ports
@@ -222,8 +231,10 @@ def run_up(args: argparse.Namespace) -> int:
 
     if args.brokers < 1:
         raise CliError(f"--brokers must be at least 1, got {args.brokers}")
-    if args.broker_port < 0 or args.zookeeper_port < 0:
+    if args.broker_port < 0 or args.zookeeper_port < 0 or args.kafka_port < 0:
         raise CliError("ports must be >= 0")
+    if args.secure and args.kafka_port:
+        raise CliError("--kafka-port opens a plaintext Kafka listener, which --secure does not (yet) allow")
     data_dir = Path(args.data_dir)
     data_dir.mkdir(parents=True, exist_ok=True)
     if args.zookeeper_given:
@@ -234,7 +245,8 @@ def run_up(args: argparse.Namespace) -> int:
         brokers=args.brokers,
         zookeeper=args.zookeeper if args.zookeeper_given else None,
         zookeeper_port=args.zookeeper_port or None,
-        broker_ports=_broker_ports(args.broker_port, args.brokers),
+        broker_ports=(flight := _broker_ports(args.broker_port, args.brokers)),
+        kafka_ports=_broker_ports(args.kafka_port, args.brokers, taken=flight),
         log_dir=data_dir,
         secure=args.secure,
         lake_dir=args.lake_dir,
@@ -264,6 +276,8 @@ def run_up(args: argparse.Namespace) -> int:
                     f"broker {b.broker_id} listening on 127.0.0.1:{b.port} (data in {b.data_dir}, log {b.log_path})",
                     flush=True,
                 )
+            if cluster.kafka_bootstrap_servers:
+                print(f"Kafka clients: bootstrap.servers={cluster.kafka_bootstrap_servers}", flush=True)
             if secured is not None:
                 print(
                     f"sparklog is up (TLS, SCRAM, ACLs): {len(cluster.brokers)} broker(s); clients use "
