@@ -19,8 +19,9 @@ The conventions (README.md, "Layout", tells writers):
   ZooKeeper and three brokers on free ports, ``data`` in a fresh working directory per document,
   which the shell, Python and Spark (its Hadoop local file system's working directory) all work
   in. The one change made to a block's text: the addresses the docs give the cluster,
-  ``127.0.0.1:2181`` (ZooKeeper) and ``127.0.0.1:9092`` to ``9094`` (brokers 1 to 3, the ports
-  ``sparklog up`` gives them when free), become the test cluster's. Whatever else a block needs,
+  ``127.0.0.1:2181`` (ZooKeeper), ``127.0.0.1:9092`` to ``9094`` (brokers 1 to 3, the ports
+  ``sparklog up`` gives them when free) and ``127.0.0.1:19092`` to ``19094`` (their Kafka listeners,
+  ``--kafka-port 19092``), become the test cluster's. Whatever else a block needs,
   an earlier block sets up, and the text says so.
 """
 
@@ -55,6 +56,7 @@ BROKERS = 3
 # the addresses the docs give the cluster `sparklog up` starts (ZooKeeper, then brokers 1..3)
 DOC_ZOOKEEPER = "127.0.0.1:2181"
 DOC_BROKERS = [f"127.0.0.1:{9092 + i}" for i in range(BROKERS)]
+DOC_KAFKA = [f"127.0.0.1:{19092 + i}" for i in range(BROKERS)]  # their Kafka listeners (--kafka-port 19092)
 
 FENCE = re.compile(r"^[ \t]*```(?P<language>[^`\s]*)[ \t]*$")
 NOT_RUN = re.compile(r"^[ \t]*<!--\s*not run:(?P<reason>.*?)-->[ \t]*$")
@@ -315,6 +317,7 @@ def test_the_blocks_run_as_written(
     found = [b for b in blocks(document) if b.runs]
     addresses = {DOC_ZOOKEEPER: docs_cluster.zookeeper}
     addresses.update(zip(DOC_BROKERS, docs_cluster.bootstrap_servers.split(","), strict=True))
+    addresses.update(zip(DOC_KAFKA, docs_cluster.kafka_bootstrap_servers.split(","), strict=True))
     needs_spark = any(b.language == "python" and "spark" in b.code for b in found)
     spark = request.getfixturevalue("spark") if needs_spark else None
 
