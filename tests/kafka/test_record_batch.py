@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from kafka.errors import CorruptRecordError
 from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
 
-from sparklog.errors import CorruptRecord, UnsupportedCompression
+from sparklog.errors import CorruptRecord
 from sparklog.kafka.record_batch import (
     CRC_START,
     HEADER,
@@ -141,12 +141,6 @@ def test_a_wrong_crc_is_refused_naming_it() -> None:
     data[-1] ^= 0xFF
     with pytest.raises(CorruptRecord, match="CRC"):
         decode_batch(bytes(data))
-
-
-def test_a_compressed_batch_is_refused_as_unsupported_for_now() -> None:
-    data = kafka_python_batch([(0, b"k", b"v" * 100, [])], compression=1)  # gzip
-    with pytest.raises(UnsupportedCompression):
-        decode_batch(data)
 
 
 def _record_attribute_positions(batch: bytes) -> set[int]:

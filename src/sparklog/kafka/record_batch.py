@@ -9,7 +9,12 @@ in one copy; no Python runs per record. The columns are sparklog's own record co
 (:data:`sparklog.records.HEADER_TYPE` for headers; a record without headers has null headers, as
 sparklog's producers store them), so a decoded batch is what a sparklog producer would have sent.
 
-Compressed batches (attributes' codec bits) are not handled here yet: :class:`UnsupportedCompression`.
+A compressed batch (the attributes' low 3 bits: 1 gzip, 2 snappy, 3 lz4, 4 zstd) compresses its
+whole records section; its CRC covers the compressed bytes, so it is checked first, then the section
+is decompressed by :mod:`sparklog.kafka.compression` into at most ``max_bytes`` (a small batch may
+stand for gigabytes: :class:`RecordTooLarge` as soon as the output would pass the bound) and decoded
+as an uncompressed one. A codec number Kafka does not define is :class:`UnsupportedCompression`. Batches
+are written uncompressed.
 """
 
 from __future__ import annotations
@@ -23,7 +28,8 @@ import crc32c
 import numpy as np
 import pyarrow as pa
 
-from sparklog.errors import CorruptRecord, InvalidRecord, SparklogError, UnsupportedCompression
+from sparklog.errors import CorruptRecord, InvalidRecord, SparklogError
+from sparklog.kafka import compression
 from sparklog.records import HEADER_TYPE, TIMESTAMP_TYPE
 
 HEADER = struct.Struct(">qiibIhiqqqhii")  # the batch header, big-endian, 61 bytes
@@ -35,6 +41,7 @@ TRANSACTIONAL_MASK = 0x10
 CONTROL_MASK = 0x20
 NO_PRODUCER_ID = -1
 NO_SEQUENCE = -1
+MAX_DECOMPRESSED_BYTES = 100 << 20  # what a compressed batch's records may decompress to by default
 
 _ERRORS = {
     1: "a field runs past the end of the batch",
@@ -146,10 +153,11 @@ def split_batches(data: pa.Buffer | bytes) -> list[tuple[BatchHeader, pa.Buffer]
     return out
 
 
-def decode_batch(data: pa.Buffer | bytes, max_bytes: int | None = None) -> DecodedBatch:
-    """One uncompressed batch's records as columns, its CRC checked; :class:`CorruptRecord` for a
-    wrong CRC or a malformed record (naming which), :class:`UnsupportedCompression` for a
-    compressed one."""
+def decode_batch(data: pa.Buffer | bytes, max_bytes: int = MAX_DECOMPRESSED_BYTES) -> DecodedBatch:
+    """One batch's records as columns, its CRC checked; :class:`CorruptRecord` for a wrong CRC, a
+    malformed record (naming which) or compressed data its codec cannot read. A compressed batch's
+    records section is decompressed into at most ``max_bytes``: :class:`RecordTooLarge` if it stands
+    for more, :class:`UnsupportedCompression` for a codec Kafka does not define."""
     buffer = data if isinstance(data, pa.Buffer) else pa.py_buffer(data)
     header = read_header(buffer)
     if header.batch_length + 12 != buffer.size:
@@ -157,14 +165,14 @@ def decode_batch(data: pa.Buffer | bytes, max_bytes: int | None = None) -> Decod
     crc = crc32c.crc32c(memoryview(buffer)[CRC_START:])
     if crc != header.crc:
         raise CorruptRecord(f"record batch CRC {header.crc:#010x} does not match its content ({crc:#010x})")
-    if header.compression:
-        raise UnsupportedCompression(f"record batch compression codec {header.compression} is not supported yet")
     section = buffer.slice(HEADER.size)
+    if header.compression:
+        section = compression.decompress(header.compression, section, max_bytes)
     return DecodedBatch(header, decode_records(section, header.records_count, header.base_timestamp))
 
 
 def decode_records(section: pa.Buffer, count: int, base_timestamp: int) -> pa.RecordBatch:
-    """The ``count`` records of an (uncompressed) records section as columns."""
+    """The ``count`` records of an uncompressed (or decompressed) records section as columns."""
     if count < 0 or count > section.size:  # every record takes a byte at least
         raise CorruptRecord(f"a record batch of {section.size} bytes cannot hold {count} records")
     lib = _codec()
