@@ -105,6 +105,7 @@ def test_librdkafka_idempotent_producer_and_consumer_share_the_log_with_sparklog
             "enable.idempotence": True,
             "acks": "all",
             "linger.ms": 5,
+            "compression.type": "lz4",
             "partitioner": "murmur2_random",  # the Java client's default (librdkafka's is CRC32)
         }
     )
@@ -164,6 +165,22 @@ def test_librdkafka_idempotent_producer_and_consumer_share_the_log_with_sparklog
         assert row["key"] == f"key-{i % 5000}".encode()
         assert [(h["key"], h["value"]) for h in row["headers"]] == [("n", str(i).encode()), ("kind", b"test")]
         assert int(row["timestamp"].timestamp() * 1000) == base_ts + i
+
+
+@pytest.mark.parametrize("codec", ["gzip", "snappy", "lz4", "zstd"])
+def test_every_codec_librdkafka_writes_is_read_back(cluster: LocalCluster, admin: Admin, codec: str) -> None:
+    topic = f"kafka-{codec}"
+    admin.create_topic(topic, 1, 1)
+    producer = KafkaProducer(
+        {"bootstrap.servers": cluster.kafka_bootstrap_servers, "compression.type": codec, "linger.ms": 20}
+    )
+    values = [f"{codec}-{i}-".encode() * (1 + i % 7) for i in range(5000)]
+    for value in values:
+        produce(producer, topic, value=value)
+    assert producer.flush(30) == 0
+    read = consume_all(cluster, topic, 1, len(values))
+    assert [m.value() for m in read] == values
+    assert [m.offset() for m in read] == list(range(len(values)))
 
 
 def test_records_from_sparklog_producers_reach_kafka_consumers_identically(cluster: LocalCluster, admin: Admin) -> None:
