@@ -1,5 +1,5 @@
 # sparklog: the two commands a fresh machine needs are `make demo` and `make test`.
-# Everything they need (virtualenv, Python packages, ZooKeeper, Delta jars) is installed from here.
+# Everything they need (virtualenv, Python packages, ZooKeeper, Delta and Kafka jars) is installed from here.
 
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV   ?= .venv
@@ -8,10 +8,16 @@ STAMP  := $(VENV)/.sparklog-installed
 CC     ?= cc
 # the Kafka record batch codec (sparklog.kafka.record_batch loads it with ctypes)
 CODEC  := src/sparklog/kafka/_records.so
+# Apache Kafka's jars (its Java tools: tests of the Kafka listener; the benchmarks' peer) and Spark's Kafka connector
+KAFKA_JARS := .deps/.kafka-fetched
 
 .PHONY: install test test-fast demo bench bench-kafka lint clean
 
-install: $(STAMP) $(CODEC)
+install: $(STAMP) $(CODEC) $(KAFKA_JARS)
+
+$(KAFKA_JARS): benchmarks/fetch_kafka.sh benchmarks/kafka-pom.xml benchmarks/spark-kafka-pom.xml benchmarks/maven-settings.xml
+	bash benchmarks/fetch_kafka.sh all
+	@touch $@
 
 $(CODEC): src/sparklog/kafka/_records.c
 	$(CC) -O2 -Wall -Wextra -shared -fPIC -o $@ $<

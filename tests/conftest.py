@@ -170,16 +170,21 @@ def spark() -> Iterator[object]:
         .config("spark.pyspark.python", sys.executable)
         .config("spark.sql.streaming.stopTimeout", "30s")
     )
+    # Delta Lake when its jars are installed; Spark's own Kafka connector (format("kafka"), for the
+    # tests that read sparklog through its Kafka listener) from the jars `make install` fetched
+    from sparklog.bench.kafka_peer import spark_kafka_jars
+
+    jars = spark_kafka_jars(fetch=False)
     try:
         from sparklog.spark_session import delta_jars
 
-        builder = (
-            builder.config("spark.jars", ",".join(delta_jars()))
-            .config("spark.sql.extensions", "io.delta.sql.DeltaSparkSessionExtension")
-            .config("spark.sql.catalog.spark_catalog", "org.apache.spark.sql.delta.catalog.DeltaCatalog")
+        jars = [*delta_jars(), *jars]
+        builder = builder.config("spark.sql.extensions", "io.delta.sql.DeltaSparkSessionExtension").config(
+            "spark.sql.catalog.spark_catalog", "org.apache.spark.sql.delta.catalog.DeltaCatalog"
         )
     except (ImportError, FileNotFoundError):
         pass
+    builder = builder.config("spark.jars", ",".join(jars))
     session = builder.getOrCreate()
     session.sparkContext.setLogLevel("ERROR")
     sparklog.datasource.register(session)
