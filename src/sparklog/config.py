@@ -139,6 +139,11 @@ class TopicConfig:
         return [f.name.replace("_", ".") for f in dataclasses.fields(cls)]
 
     @classmethod
+    def value_types(cls) -> dict[str, str]:
+        """Each config's value type by name: ``int``, ``bool`` or ``str``."""
+        return {f.name.replace("_", "."): str(f.type) for f in dataclasses.fields(cls)}
+
+    @classmethod
     def from_dict(cls, values: Mapping[str, Any] | None = None) -> TopicConfig:
         """Build from ``{"retention.ms": "1000", ...}``; strings are parsed, unknown names refused."""
         return cls().with_overrides(values or {})

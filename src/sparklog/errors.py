@@ -198,6 +198,19 @@ class InvalidPartitions(InvalidRequest):
     code = "INVALID_PARTITIONS"
 
 
+class InvalidReplicationFactor(InvalidRequest):
+    """A replication factor below 1, or above the live brokers that would hold the replicas."""
+
+    code = "INVALID_REPLICATION_FACTOR"
+
+
+class InvalidReplicaAssignment(InvalidRequest):
+    """An explicit replica assignment that cannot be: a partition without replicas or with one
+    broker twice, partitions with different replica counts, a broker that is not live."""
+
+    code = "INVALID_REPLICA_ASSIGNMENT"
+
+
 class FetchSessionInvalid(SparklogError):
     """A follower's replica fetch named a fetch session the leader does not hold at that epoch
     (Kafka's ``FETCH_SESSION_ID_NOT_FOUND`` / ``INVALID_FETCH_SESSION_EPOCH``): the leader restarted

@@ -20,6 +20,7 @@ import contextlib
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
+from kazoo.client import KazooClient
 from kazoo.exceptions import KazooException
 from kazoo.handlers.threading import KazooTimeoutError
 
@@ -98,7 +99,13 @@ def topic_json(meta: TopicMetadata) -> dict[str, Any]:
 
 
 @contextlib.contextmanager
-def _zookeeper_errors() -> Iterator[None]:
+def zookeeper_errors(zk: KazooClient) -> Iterator[None]:
+    """A client's request answered from ZooKeeper: refused at once while the broker is cut off
+    from it (kazoo would hold the call until it reconnects), and a kazoo error or timeout during
+    it raised as the retriable :class:`CoordinatorNotAvailable` (the Kafka listener's admin
+    requests go through this too)."""
+    if not zk.connected:
+        raise CoordinatorNotAvailable(f"the broker is cut off from ZooKeeper (its connection is {zk.state}); retry")
     try:
         yield
     except (KazooException, KazooTimeoutError) as exc:
@@ -171,11 +178,7 @@ class ClusterRequests:
         here (:mod:`sparklog.broker.call_authorization`); ``may`` is the caller's permissions for
         what Kafka also decides item by item: a listing leaves out the topics and groups the caller
         may not Describe, and a named topic it may not Describe is answered with its own error."""
-        if not self.cluster.zk.connected:  # kazoo would hold the call until it reconnects
-            raise CoordinatorNotAvailable(
-                f"the broker is cut off from ZooKeeper (its connection is {self.cluster.zk.state}); retry"
-            )
-        with _zookeeper_errors():
+        with zookeeper_errors(self.cluster.zk):
             return self.actions[action](request, may)
 
     # ----------------------------------------------------------------- metadata

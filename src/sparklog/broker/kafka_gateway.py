@@ -2,8 +2,10 @@
 :class:`~sparklog.kafka.broker_access.KafkaBroker` calls, answered by the same parts the Flight
 service uses (the partitions this broker leads, the lake's union read, the change counter that
 wakes waiting fetches, the watched view of brokers, topics and partition states, the committed
-offsets in ZooKeeper). The listener never sees the ``Broker`` or a ``Partition``: only records
-as Arrow batches and plain values."""
+offsets in ZooKeeper, topic administration through :class:`ClusterMetadata`'s own checks on the
+broker's session, as :mod:`sparklog.broker.cluster_requests` answers sparklog's clients). The
+listener never sees the ``Broker`` or a ``Partition``: only records as Arrow batches and plain
+values."""
 
 from __future__ import annotations
 
@@ -13,16 +15,35 @@ from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 
 import pyarrow as pa
 
+from sparklog.broker.cluster_requests import zookeeper_errors
 from sparklog.broker.lake.union_read import UnionRead
 from sparklog.broker.partition import Partition
 from sparklog.broker.produce_request import append_produced
 from sparklog.broker.replication.partition_changes import PartitionChanges
-from sparklog.coordination.cluster import BrokerInfo, ClusterMetadata, PartitionState, TopicMetadata
-from sparklog.errors import FencedLeaderEpoch, InvalidRecord, SparklogError, UnknownLeaderEpoch
+from sparklog.config import PARTITIONER_CONFIG, TopicConfig
+from sparklog.coordination.cluster import (
+    DEFAULT_NUM_PARTITIONS,
+    DEFAULT_REPLICATION_FACTOR,
+    BrokerInfo,
+    ClusterMetadata,
+    PartitionState,
+    TopicMetadata,
+)
+from sparklog.errors import (
+    FencedLeaderEpoch,
+    InvalidRecord,
+    RequestTimedOut,
+    SparklogError,
+    UnknownLeaderEpoch,
+    UnknownTopic,
+)
 from sparklog.kafka.broker_access import (
     Appended,
     BrokerEndpoint,
     ClusterInfo,
+    ConfigEntry,
+    ConfigSource,
+    CreatedTopic,
     PartitionInfo,
     PartitionOffsets,
     PartitionRead,
@@ -30,10 +51,13 @@ from sparklog.kafka.broker_access import (
     TopicInfo,
     TopicPartition,
 )
-from sparklog.names import is_internal
+from sparklog.names import check_topic_name, is_internal
 from sparklog.schemas.value_schema import ValueSchema
 
 CONTROLLER_CACHE_S = 1.0  # how long a read of the controller znode answers Metadata requests
+VIEW_POLL_S = 0.02  # how often an administered topic is looked for in this broker's view
+_KINDS = {"int": "long", "bool": "boolean", "str": "string"}
+_LIST_CONFIGS = frozenset({"cleanup.policy"})  # comma-separated values
 
 LeaderLookup = Callable[..., Partition]  # (topic, partition, for_write=False) -> the partition it leads
 PartitionStates = Callable[[str, Iterable[int]], Mapping[int, tuple[PartitionState, int]]]
@@ -185,6 +209,7 @@ class KafkaGateway:
 
     def _topic(self, name: str) -> TopicInfo:
         try:
+            check_topic_name(name)  # before it becomes a znode path
             meta = self._topic_metadata(name)
             states = self._partition_states(name, range(meta.partitions))
         except SparklogError as exc:
@@ -213,3 +238,113 @@ class KafkaGateway:
 
     def groups(self) -> Sequence[str]:
         return list(self._cluster.groups())
+
+    # ----------------------------------------------------------------- topic administration
+    def create_topic(
+        self,
+        name: str,
+        partitions: int | None,
+        replication_factor: int | None,
+        replicas: Sequence[Sequence[int]] | None,
+        configs: Mapping[str, str],
+        validate_only: bool,
+        deadline: float | None,
+    ) -> CreatedTopic:
+        if replicas is not None:  # the assignment says how many of each
+            partitions, replication_factor = len(replicas), max((len(r) for r in replicas), default=0)
+        with zookeeper_errors(self._cluster.zk):
+            meta = self._cluster.create_topic(
+                name,
+                DEFAULT_NUM_PARTITIONS if partitions is None else partitions,
+                DEFAULT_REPLICATION_FACTOR if replication_factor is None else replication_factor,
+                configs,
+                replicas=replicas,
+                validate_only=validate_only,
+            )
+        if not validate_only:
+            self._await_view(name, lambda seen: seen is not None and seen.partitions >= meta.partitions, deadline)
+        return CreatedTopic(meta.name, meta.partitions, len(meta.replicas[0]), topic_config_entries(meta.configs))
+
+    def delete_topic(self, name: str, deadline: float | None) -> None:
+        with zookeeper_errors(self._cluster.zk):
+            self._cluster.delete_topic(name)
+        self._await_view(name, lambda seen: seen is None, deadline)
+
+    def create_partitions(
+        self,
+        name: str,
+        total: int,
+        replicas: Sequence[Sequence[int]] | None,
+        validate_only: bool,
+        deadline: float | None,
+    ) -> None:
+        with zookeeper_errors(self._cluster.zk):
+            self._cluster.create_partitions(name, total, replicas=replicas, validate_only=validate_only)
+        if not validate_only:
+            self._await_view(name, lambda seen: seen is not None and seen.partitions >= total, deadline)
+
+    def topic_configs(self, name: str) -> Sequence[ConfigEntry]:
+        check_topic_name(name)
+        with zookeeper_errors(self._cluster.zk):
+            meta = self._cluster.topic(name)  # ZooKeeper's, not the watched copy: an alter just made shows
+        return topic_config_entries(meta.configs)
+
+    def alter_topic_configs(
+        self, name: str, configs: Mapping[str, str], delete: Collection[str], validate_only: bool
+    ) -> None:
+        with zookeeper_errors(self._cluster.zk):
+            self._cluster.alter_topic_configs(name, configs, delete=delete, validate_only=validate_only)
+
+    def replace_topic_configs(self, name: str, configs: Mapping[str, str], validate_only: bool) -> None:
+        """Every override not in ``configs`` is removed, ``partitioner`` excepted: a Kafka client
+        does not know it, and removing it would move every key (:func:`check_deletable_configs`)."""
+        check_topic_name(name)
+        with zookeeper_errors(self._cluster.zk):
+            current = self._cluster.topic(name).configs
+            delete = [k for k in current if k not in configs and k != PARTITIONER_CONFIG]
+            self._cluster.alter_topic_configs(name, configs, delete=delete, validate_only=validate_only)
+
+    def broker_configs(self) -> Sequence[ConfigEntry]:
+        """Its id, and what a topic created without a partition count or replication factor gets
+        (Kafka's ``num.partitions`` and ``default.replication.factor``; fixed in sparklog)."""
+        fixed = {"num.partitions": DEFAULT_NUM_PARTITIONS, "default.replication.factor": DEFAULT_REPLICATION_FACTOR}
+        return [
+            ConfigEntry("broker.id", str(self.broker_id), ConfigSource.BROKER, "-1", "long", read_only=True),
+            *(ConfigEntry(k, str(v), ConfigSource.DEFAULT, str(v), "long", read_only=True) for k, v in fixed.items()),
+        ]
+
+    def _await_view(self, name: str, holds: Callable[[TopicMetadata | None], bool], deadline: float | None) -> None:
+        """Wait until this broker's view of topic ``name`` (None: no such topic) ``holds``."""
+        if deadline is None:
+            return
+        while True:
+            try:
+                with zookeeper_errors(self._cluster.zk):  # a topic not in the view yet is read
+                    seen: TopicMetadata | None = self._topic_metadata(name)
+            except UnknownTopic:
+                seen = None
+            if holds(seen):
+                return
+            if time.monotonic() >= deadline:
+                raise RequestTimedOut(
+                    f"topic {name!r} was changed, but this broker's view of it has not caught up yet; it will"
+                )
+            time.sleep(VIEW_POLL_S)
+
+
+def topic_config_entries(configs: Mapping[str, str]) -> list[ConfigEntry]:
+    """Every topic config, with the value in effect given a topic's overrides ``configs`` (as
+    :class:`TopicConfig` reads them, normalized) and its default."""
+    values = TopicConfig.from_stored(configs).to_dict()
+    defaults = TopicConfig().to_dict()
+    kinds = TopicConfig.value_types()
+    return [
+        ConfigEntry(
+            name,
+            value,
+            ConfigSource.TOPIC if name in configs else ConfigSource.DEFAULT,
+            defaults[name],
+            "list" if name in _LIST_CONFIGS else _KINDS[kinds[name]],
+        )
+        for name, value in values.items()
+    ]

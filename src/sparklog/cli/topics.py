@@ -16,7 +16,13 @@ from sparklog.cli.common import (
     print_table,
     read_text_file,
 )
-from sparklog.coordination.cluster import NUM_PARTITIONS_MAX, check_deletable_configs, check_partition_increase
+from sparklog.coordination.cluster import (
+    DEFAULT_NUM_PARTITIONS,
+    DEFAULT_REPLICATION_FACTOR,
+    NUM_PARTITIONS_MAX,
+    check_deletable_configs,
+    check_partition_increase,
+)
 from sparklog.errors import TopicExists, UnknownTopic
 from sparklog.names import check_not_internal, check_topic_name
 
@@ -40,16 +46,17 @@ def add_topics(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--partitions",
         type=int,
-        default=1,
+        default=DEFAULT_NUM_PARTITIONS,
         metavar="P",
-        help=f"number of partitions (default 1, at most num.partitions.max={NUM_PARTITIONS_MAX})",
+        help=f"number of partitions (default {DEFAULT_NUM_PARTITIONS}, "
+        f"at most num.partitions.max={NUM_PARTITIONS_MAX})",
     )
     p.add_argument(
         "--replication-factor",
         type=int,
-        default=1,
+        default=DEFAULT_REPLICATION_FACTOR,
         metavar="R",
-        help="replicas of each partition, on R different live brokers (default 1)",
+        help=f"replicas of each partition, on R different live brokers (default {DEFAULT_REPLICATION_FACTOR})",
     )
     p.add_argument(
         "--config",

@@ -15,7 +15,12 @@ from sparklog.client.broker_view import BrokerView
 from sparklog.client.cluster_address import resolve
 from sparklog.client.cluster_admin import BrokerAdmin, ClusterAdmin, ZooKeeperAdmin
 from sparklog.client.cluster_client import DEFAULT_ZOOKEEPER, ClusterClient, no_leader_message
-from sparklog.coordination.cluster import ClusterMetadata, TopicMetadata
+from sparklog.coordination.cluster import (
+    DEFAULT_NUM_PARTITIONS,
+    DEFAULT_REPLICATION_FACTOR,
+    ClusterMetadata,
+    TopicMetadata,
+)
 from sparklog.errors import GroupNotEmpty, InvalidRequest, UnknownGroup, UnknownTopic
 from sparklog.schemas.value_schema import ValueSchema
 from sparklog.security.acls import AclBinding, AclFilter
@@ -61,8 +66,8 @@ class Admin:
     def create_topic(
         self,
         name: str,
-        partitions: int = 1,
-        replication_factor: int = 1,
+        partitions: int = DEFAULT_NUM_PARTITIONS,
+        replication_factor: int = DEFAULT_REPLICATION_FACTOR,
         configs: Mapping[str, Any] | None = None,
         value_schema: Any = None,
     ) -> TopicMetadata:

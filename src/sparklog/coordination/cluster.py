@@ -8,7 +8,7 @@ import contextlib
 import dataclasses
 import json
 import uuid
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 from kazoo.client import KazooClient
@@ -24,6 +24,8 @@ from sparklog.errors import (
     CoordinatorNotAvailable,
     InvalidConfig,
     InvalidPartitions,
+    InvalidReplicaAssignment,
+    InvalidReplicationFactor,
     InvalidRequest,
     TopicExists,
     UnknownGroup,
@@ -39,6 +41,11 @@ if TYPE_CHECKING:
 # the most partitions a topic may have (Kafka's num.partitions.max; KIP-578 has no default, we pick
 # one that keeps a topic's metadata a small fraction of ZooKeeper's 1 MB znode limit)
 NUM_PARTITIONS_MAX = 10_000
+# what a topic gets when its creator names no partition count or replication factor (Kafka's
+# num.partitions and default.replication.factor, at their defaults): `sparklog topics create`,
+# Admin.create_topic and a Kafka client's CreateTopics with -1
+DEFAULT_NUM_PARTITIONS = 1
+DEFAULT_REPLICATION_FACTOR = 1
 # ZooKeeper refuses requests (and znodes) over jute.maxbuffer, 1 MB by default: a topic's metadata
 # must fit one znode, and its partitions are written in transactions well below that
 ZK_MAX_DATA_BYTES = 1_000_000
@@ -159,6 +166,36 @@ def assign_replicas(broker_ids: list[int], partitions: int, replication_factor: 
     brokers = sorted(broker_ids)
     n = len(brokers)
     return [[brokers[(start + p + r) % n] for r in range(replication_factor)] for p in range(partitions)]
+
+
+def check_replica_assignment(
+    name: str, replicas: Sequence[Sequence[int]], live_brokers: Collection[int], replication_factor: int | None = None
+) -> list[list[int]]:
+    """An explicit replica assignment (each partition's brokers, the first its preferred leader)
+    as lists, if every partition has the same number of replicas (``replication_factor``, when
+    given), none twice, all on live brokers; else :class:`InvalidReplicaAssignment`."""
+    if not replicas:
+        raise InvalidReplicaAssignment(f"topic {name!r}: the replica assignment names no partitions")
+    factor = len(replicas[0]) if replication_factor is None else replication_factor
+    out = []
+    for index, brokers in enumerate(replicas):
+        listed = [int(b) for b in brokers]
+        if not listed:
+            raise InvalidReplicaAssignment(f"topic {name!r}: partition {index} is assigned no replicas")
+        if len(set(listed)) != len(listed):
+            raise InvalidReplicaAssignment(f"topic {name!r}: partition {index} names a broker twice: {listed}")
+        if len(listed) != factor:
+            raise InvalidReplicaAssignment(
+                f"topic {name!r}: partition {index} has {len(listed)} replicas, every partition must have {factor}"
+            )
+        unknown = sorted(set(listed) - set(live_brokers))
+        if unknown:
+            raise InvalidReplicaAssignment(
+                f"topic {name!r}: partition {index} is assigned to brokers {unknown}, which are not live "
+                f"(live: {sorted(live_brokers)})"
+            )
+        out.append(listed)
+    return out
 
 
 def check_partition_increase(name: str, current: int, total: int) -> None:
@@ -335,16 +372,22 @@ class ClusterMetadata:
         self,
         name: str,
         partitions: int,
-        replication_factor: int = 1,
+        replication_factor: int = DEFAULT_REPLICATION_FACTOR,
         configs: Mapping[str, Any] | None = None,
         value_schema: TopicValueSchema | None = None,
         *,
         internal: bool = False,
         num_partitions_max: int = NUM_PARTITIONS_MAX,
+        replicas: Sequence[Sequence[int]] | None = None,
+        validate_only: bool = False,
     ) -> TopicMetadata:
         """Create a topic, assigning its partitions' replicas to the live brokers. With
         ``value_schema`` (parsed and checked by the caller: ``ValueSchema.parse``) it is a typed
         topic: the schema is version 1, created in the same ZooKeeper transaction as the topic node.
+        ``replicas``: an explicit assignment instead (Kafka's ``--replica-assignment``), of
+        ``partitions`` partitions with ``replication_factor`` replicas each, on live brokers
+        (:func:`check_replica_assignment`). ``validate_only``: every check (a topic of that name
+        existing included), nothing written; the metadata it would have.
 
         Names starting with ``__sparklog`` are refused (:class:`InvalidTopic`) unless ``internal``:
         only sparklog itself creates its internal topics. More than ``num_partitions_max``
@@ -366,7 +409,7 @@ class ClusterMetadata:
                 f"topic {name!r}: {partitions} partitions exceed num.partitions.max={num_partitions_max}"
             )
         if replication_factor < 1:
-            raise InvalidRequest(f"--replication-factor must be at least 1, got {replication_factor}")
+            raise InvalidReplicationFactor(f"--replication-factor must be at least 1, got {replication_factor}")
         # every new topic names its partitioner (murmur2 unless given): a topic without the entry
         # was created before it existed and keeps fnv1a (:mod:`sparklog.client.partitioner`)
         configs = {PARTITIONER_CONFIG: NEW_TOPIC_PARTITIONER, **(configs or {})}
@@ -381,24 +424,35 @@ class ClusterMetadata:
             if config.lake_enabled:  # its fields become the Delta table's columns
                 check_value_columns(name, value_schema.arrow_type.names)
         brokers = list(self.brokers())
-        if len(brokers) < replication_factor:
-            raise InvalidRequest(
+        if replicas is not None:
+            assigned = check_replica_assignment(name, replicas, brokers, replication_factor)
+            if len(assigned) != partitions:
+                raise InvalidReplicaAssignment(
+                    f"topic {name!r}: {partitions} partitions, but the replica assignment names {len(assigned)}"
+                )
+        elif len(brokers) < replication_factor:
+            raise InvalidReplicationFactor(
                 f"replication factor {replication_factor} needs that many live brokers; {len(brokers)} registered"
             )
-        start = len(self.zk.get_children(self.layout.topics)) % len(brokers)
-        replicas = assign_replicas(brokers, partitions, replication_factor, start)
+        else:
+            start = len(self.zk.get_children(self.layout.topics)) % len(brokers)
+            assigned = assign_replicas(brokers, partitions, replication_factor, start)
         overrides = {k: str(v) for k, v in configs.items()}
         overrides[PARTITIONER_CONFIG] = config.partitioner  # its canonical name
-        body = {"replicas": replicas, "configs": overrides}
+        body = {"replicas": assigned, "configs": overrides}
         size = len(json.dumps(body)) + len(schema_json or "")
         if size > ZK_MAX_DATA_BYTES:
             raise InvalidPartitions(
                 f"topic {name!r}: the metadata of {partitions} partitions x {replication_factor} replicas is "
                 f"{size} bytes, over ZooKeeper's 1 MB limit; use fewer partitions"
             )
+        if validate_only:
+            if self._topic_status(name) is not None:
+                raise TopicExists(f"topic {name!r} already exists")
+            return TopicMetadata(name, assigned, overrides)
         self._begin_topic_creation(name, body, schema_json)
         try:
-            self._create_partition_states(name, replicas)
+            self._create_partition_states(name, assigned)
             self._finish_topic_creation(name, body)
         except BaseException:
             with contextlib.suppress(Exception):  # best effort; else the next create or delete cleans up
@@ -407,7 +461,7 @@ class ClusterMetadata:
         finally:
             with contextlib.suppress(Exception):
                 self._release_pending(name)
-        return TopicMetadata(name, replicas, overrides)
+        return TopicMetadata(name, assigned, overrides)
 
     def _begin_topic_creation(self, name: str, body: dict[str, Any], schema_json: str | None) -> None:
         """First write of a creation: the topic node marked ``creating``, its ``partitions`` node,
@@ -628,12 +682,18 @@ class ClusterMetadata:
         raise InvalidRequest(f"topic {name!r} kept changing while being deleted; try again")
 
     def alter_topic_configs(
-        self, name: str, configs: Mapping[str, Any], *, delete: Iterable[str] = (), internal: bool = False
+        self,
+        name: str,
+        configs: Mapping[str, Any],
+        *,
+        delete: Iterable[str] = (),
+        internal: bool = False,
+        validate_only: bool = False,
     ) -> TopicMetadata:
         """Change some configs of a topic and remove the overrides named in ``delete`` (the topic
         then has the default; a key it does not override is no error, an unknown key is), all
         validated together; the brokers pick the change up by watch. Internal (``__sparklog``)
-        topics only with ``internal``."""
+        topics only with ``internal``. ``validate_only``: the checks, nothing written."""
         if not internal:
             check_not_internal(name, "alter")
         removed = check_deletable_configs(delete, configs)
@@ -647,12 +707,21 @@ class ClusterMetadata:
         raw = json.loads(data)
         if raw.get("status"):
             raise UnknownTopic(f"unknown topic {name!r} (it is being {raw['status'][:-3]}ed)")
+        if validate_only:
+            return TopicMetadata(name, meta.replicas, merged)
         raw["configs"] = merged
         self.zk.set(self.layout.topic(name), json.dumps(raw).encode(), version=stat.version)
         return TopicMetadata(name, meta.replicas, merged)
 
     def create_partitions(
-        self, name: str, total: int, *, internal: bool = False, num_partitions_max: int = NUM_PARTITIONS_MAX
+        self,
+        name: str,
+        total: int,
+        *,
+        internal: bool = False,
+        num_partitions_max: int = NUM_PARTITIONS_MAX,
+        replicas: Sequence[Sequence[int]] | None = None,
+        validate_only: bool = False,
     ) -> TopicMetadata:
         """Grow a topic to ``total`` partitions (Kafka's CreatePartitions). The new partitions get
         the topic's replication factor on the live brokers, placed by :func:`assign_replicas` as a
@@ -662,7 +731,10 @@ class ClusterMetadata:
         compare-and-set, which is what brokers watch: they take the new replicas as they take a
         reassignment's. As many partitions as now or fewer is :class:`InvalidPartitions` (a
         partition is never removed), so is more than ``num_partitions_max``; refused while a
-        reassignment of the topic is under way. Keyed records map to other partitions from then on."""
+        reassignment of the topic is under way. Keyed records map to other partitions from then on.
+        ``replicas``: the new partitions' replicas instead (an explicit assignment, one entry per
+        new partition, each with the topic's replication factor: :func:`check_replica_assignment`).
+        ``validate_only``: the checks, nothing written; the metadata it would have."""
         if not internal:
             check_not_internal(name, "alter")
         if total > num_partitions_max:
@@ -674,26 +746,37 @@ class ClusterMetadata:
             raw, stat = self._topic_node(name)
             if raw.get("status"):
                 raise UnknownTopic(f"unknown topic {name!r} (it is being {raw['status'][:-3]}ed)")
-            replicas = [list(map(int, r)) for r in raw["replicas"]]
-            current = len(replicas)
+            current_replicas = [list(map(int, r)) for r in raw["replicas"]]
+            current = len(current_replicas)
             check_partition_increase(name, current, total)
             if self.zk.exists(layout.reassignment(name)):
                 raise InvalidRequest(f"a reassignment of topic {name!r} is in progress; add partitions once it is done")
-            factor = len(replicas[0])
+            factor = len(current_replicas[0])
             brokers = sorted(self.brokers())
-            if len(brokers) < factor:
-                raise InvalidRequest(
+            if replicas is not None:
+                added = check_replica_assignment(name, replicas, brokers, factor)
+                if len(added) != total - current:
+                    raise InvalidReplicaAssignment(
+                        f"topic {name!r} grows by {total - current} partitions, but the replica assignment "
+                        f"names {len(added)}"
+                    )
+            elif len(brokers) < factor:
+                raise InvalidReplicationFactor(
                     f"the new partitions of {name!r} need {factor} live brokers (its replication factor); "
                     f"{len(brokers)} registered"
                 )
-            start = brokers.index(replicas[0][0]) if replicas[0][0] in brokers else 0
-            grown = replicas + assign_replicas(brokers, total, factor, start)[current:]
+            else:
+                start = brokers.index(current_replicas[0][0]) if current_replicas[0][0] in brokers else 0
+                added = assign_replicas(brokers, total, factor, start)[current:]
+            grown = current_replicas + added
             body = {**raw, "replicas": grown}
             if len(json.dumps(body)) > ZK_MAX_DATA_BYTES:
                 raise InvalidPartitions(
                     f"topic {name!r}: the metadata of {total} partitions x {factor} replicas is over ZooKeeper's "
                     "1 MB limit; add fewer partitions"
                 )
+            if validate_only:
+                return TopicMetadata(name, grown, dict(raw.get("configs", {})))
             if not self._write_new_partition_states(name, grown, current, stat.version):
                 continue  # the topic changed meanwhile: look again
             tx = self.zk.transaction()

@@ -10,6 +10,7 @@ which :mod:`sparklog.kafka.error_codes` turns into Kafka's error codes.
 from __future__ import annotations
 
 import dataclasses
+import enum
 from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Protocol
 
@@ -160,5 +161,92 @@ class GroupOffsets(Protocol):
         ...
 
 
-class KafkaBroker(PartitionLogs, ClusterView, GroupOffsets, Protocol):
+class ConfigSource(enum.Enum):
+    """Where a described config's value comes from."""
+
+    TOPIC = "topic"  # set on the topic (Kafka's DYNAMIC_TOPIC_CONFIG)
+    BROKER = "broker"  # the broker's own setting (STATIC_BROKER_CONFIG)
+    DEFAULT = "default"  # nobody set it (DEFAULT_CONFIG)
+
+
+@dataclasses.dataclass(frozen=True)
+class ConfigEntry:
+    """One config of a topic or of the broker as DescribeConfigs lists it: its value in effect,
+    where that comes from, and the default it overrides (a topic config's one synonym)."""
+
+    name: str
+    value: str
+    source: ConfigSource
+    default: str
+    kind: str  # "boolean", "long", "string" or "list" (Kafka's ConfigType names)
+    read_only: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
+class CreatedTopic:
+    """A topic as created (or as it would be, when only validated)."""
+
+    name: str
+    partitions: int
+    replication_factor: int
+    configs: Sequence[ConfigEntry]
+
+
+class TopicAdmin(Protocol):
+    """Topic administration through sparklog's own code paths and checks, as its own clients
+    administer topics. ``deadline`` (a ``time.monotonic()`` value; None: do not wait): a change is
+    awaited until then in this broker's view of the cluster, so the client's next Metadata request
+    here sees it; past it, the change stands and ``RequestTimedOut`` says the view lags."""
+
+    def create_topic(
+        self,
+        name: str,
+        partitions: int | None,
+        replication_factor: int | None,
+        replicas: Sequence[Sequence[int]] | None,
+        configs: Mapping[str, str],
+        validate_only: bool,
+        deadline: float | None,
+    ) -> CreatedTopic:
+        """Create a topic (None: the broker's default partition count, replication factor);
+        ``replicas``: an explicit assignment, partition by partition. TopicExists, InvalidTopic,
+        InvalidPartitions, InvalidReplicationFactor, InvalidReplicaAssignment, InvalidConfig."""
+        ...
+
+    def delete_topic(self, name: str, deadline: float | None) -> None:
+        """UnknownTopic, InvalidTopic (an internal topic)."""
+        ...
+
+    def create_partitions(
+        self,
+        name: str,
+        total: int,
+        replicas: Sequence[Sequence[int]] | None,
+        validate_only: bool,
+        deadline: float | None,
+    ) -> None:
+        """Grow a topic to ``total`` partitions (``replicas``: the new ones' assignment)."""
+        ...
+
+    def topic_configs(self, name: str) -> Sequence[ConfigEntry]:
+        """Every config of the topic, set or default (UnknownTopic, InvalidTopic)."""
+        ...
+
+    def alter_topic_configs(
+        self, name: str, configs: Mapping[str, str], delete: Collection[str], validate_only: bool
+    ) -> None:
+        """Set ``configs`` and remove the overrides named in ``delete``, validated together."""
+        ...
+
+    def replace_topic_configs(self, name: str, configs: Mapping[str, str], validate_only: bool) -> None:
+        """Make ``configs`` the topic's only overrides (every other one back to its default, but
+        sparklog's ``partitioner``, which a Kafka client does not know of)."""
+        ...
+
+    def broker_configs(self) -> Sequence[ConfigEntry]:
+        """The few settings of this broker a Kafka client may want to see."""
+        ...
+
+
+class KafkaBroker(PartitionLogs, ClusterView, GroupOffsets, TopicAdmin, Protocol):
     """Everything the listener's handlers call."""

@@ -28,10 +28,18 @@ TRANSACTIONAL_ID_AUTHORIZATION_FAILED = kerr.TransactionalIdAuthorizationFailedE
 COORDINATOR_NOT_AVAILABLE = kerr.CoordinatorNotAvailableError.errno
 NOT_COORDINATOR = kerr.NotCoordinatorError.errno
 INVALID_RECORD = kerr.InvalidRecordError.errno
+REQUEST_TIMED_OUT = kerr.RequestTimedOutError.errno
+INVALID_TOPIC_EXCEPTION = kerr.InvalidTopicError.errno
+TOPIC_ALREADY_EXISTS = kerr.TopicAlreadyExistsError.errno
+INVALID_PARTITIONS = kerr.InvalidPartitionsError.errno
+INVALID_REPLICATION_FACTOR = kerr.InvalidReplicationFactorError.errno
+INVALID_REPLICA_ASSIGNMENT = kerr.InvalidReplicationAssignmentError.errno
+INVALID_CONFIG = kerr.InvalidConfigurationError.errno
+UNSUPPORTED_ENDPOINT_TYPE = kerr.UnsupportedEndpointTypeError.errno
 
 # sparklog's error codes (``SparklogError.code``) -> Kafka's
 _BY_CODE: dict[str, int] = {
-    "INVALID_CONFIG": kerr.InvalidConfigurationError.errno,
+    "INVALID_CONFIG": INVALID_CONFIG,
     "INVALID_RECORD": INVALID_RECORD,
     "OUT_OF_ORDER_SEQUENCE": kerr.OutOfOrderSequenceNumberError.errno,
     "DUPLICATE_SEQUENCE": kerr.DuplicateSequenceNumberError.errno,
@@ -41,21 +49,23 @@ _BY_CODE: dict[str, int] = {
     "CORRUPT_RECORD": CORRUPT_MESSAGE,
     "LOG_CLOSED": NOT_LEADER_OR_FOLLOWER,  # the broker is stopping: retry elsewhere
     "UNKNOWN_TOPIC": UNKNOWN_TOPIC_OR_PARTITION,
-    "TOPIC_EXISTS": kerr.TopicAlreadyExistsError.errno,
+    "TOPIC_EXISTS": TOPIC_ALREADY_EXISTS,
     "NOT_LEADER": NOT_LEADER_OR_FOLLOWER,
     "FENCED_LEADER_EPOCH": FENCED_LEADER_EPOCH,
     "UNKNOWN_LEADER_EPOCH": UNKNOWN_LEADER_EPOCH,
     "NOT_ENOUGH_REPLICAS": kerr.NotEnoughReplicasError.errno,
     "BROKER_NOT_AVAILABLE": kerr.BrokerNotAvailableError.errno,
-    "REQUEST_TIMED_OUT": kerr.RequestTimedOutError.errno,
+    "REQUEST_TIMED_OUT": REQUEST_TIMED_OUT,
     "COORDINATOR_NOT_AVAILABLE": COORDINATOR_NOT_AVAILABLE,
     "UNKNOWN_GROUP": kerr.GroupIdNotFoundError.errno,
     "UNKNOWN_MEMBER_ID": kerr.UnknownMemberIdError.errno,
     "NON_EMPTY_GROUP": kerr.NonEmptyGroupError.errno,
     "INVALID_REQUEST": INVALID_REQUEST,
-    "INVALID_TOPIC": kerr.InvalidTopicError.errno,
+    "INVALID_TOPIC": INVALID_TOPIC_EXCEPTION,
     "INVALID_GROUP_ID": kerr.InvalidGroupIdError.errno,
-    "INVALID_PARTITIONS": kerr.InvalidPartitionsError.errno,
+    "INVALID_PARTITIONS": INVALID_PARTITIONS,
+    "INVALID_REPLICATION_FACTOR": INVALID_REPLICATION_FACTOR,
+    "INVALID_REPLICA_ASSIGNMENT": INVALID_REPLICA_ASSIGNMENT,
     "POLICY_VIOLATION": kerr.PolicyViolationError.errno,
     "TOO_MANY_REQUESTS": kerr.ThrottlingQuotaExceededError.errno,
     "UNAUTHENTICATED": kerr.SaslAuthenticationFailedError.errno,

@@ -38,7 +38,7 @@ _FRAME = struct.Struct(">i")
 _REQUEST_START = struct.Struct(">hhi")  # api key, api version, correlation id
 
 
-class CloseConnection(Exception):  # noqa: N818 - a signal inside the listener, never seen by a client
+class _CloseConnection(Exception):  # noqa: N818 - a signal inside the listener, never seen by a client
     """The request cannot be answered: the connection is closed, as Kafka closes it."""
 
 
@@ -123,7 +123,7 @@ class KafkaListener:
                 response = self.dispatch(payload, peer)
                 if response is not None:
                     conn.sendall(response)
-        except CloseConnection as exc:
+        except _CloseConnection as exc:
             log.info("closing the Kafka connection from %s:%s: %s", peer[0], peer[1], exc)
         except OSError:
             pass  # the client went away, or stop() shut the socket
@@ -143,28 +143,28 @@ class KafkaListener:
             return None
         (size,) = _FRAME.unpack(head)
         if size < _REQUEST_START.size or size > self.max_request_bytes:
-            raise CloseConnection(
+            raise _CloseConnection(
                 f"a request of {size} bytes (socket.request.max.bytes={self.max_request_bytes}) is refused unread"
             )
         body = _read_exactly(conn, size)
         if body is None:
-            raise CloseConnection("the connection closed in the middle of a request")
+            raise _CloseConnection("the connection closed in the middle of a request")
         return body
 
     # ----------------------------------------------------------------- requests
     def dispatch(self, payload: memoryview, peer: tuple[str, int]) -> bytes | None:
-        """The framed response to one request (None: none is due); CloseConnection if it cannot
+        """The framed response to one request (None: none is due); ``_CloseConnection`` if it cannot
         be answered."""
         api_key, version, correlation_id = _REQUEST_START.unpack_from(payload)
         handler = self.handlers.get(api_key)
         if handler is None:
-            raise CloseConnection(f"unknown API key {api_key}")
+            raise _CloseConnection(f"unknown API key {api_key}")
         spec = handler.spec
         if not spec.min_version <= version <= spec.max_version:
             if api_key == api_versions.API.key:
                 table = api_versions.answer(0, self.state.specs, error_codes.UNSUPPORTED_VERSION)
                 return _encode(table, correlation_id)
-            raise CloseConnection(
+            raise _CloseConnection(
                 f"{spec.name} version {version} is not served ({spec.min_version}-{spec.max_version})"
             )
         try:
@@ -172,16 +172,18 @@ class KafkaListener:
             header = RequestHeader.decode(head, flexible=spec.request.flexible_version_q(version))
             request = spec.request.decode(payload[head.tell() :], version=version)
         except Exception as exc:  # whatever kafka-python raises on bytes that are not a request
-            raise CloseConnection(f"a malformed {spec.name} v{version} request ({type(exc).__name__}: {exc})") from None
+            raise _CloseConnection(
+                f"a malformed {spec.name} v{version} request ({type(exc).__name__}: {exc})"
+            ) from None
         ctx = RequestContext(version, correlation_id, header.client_id, peer, self.broker, self.state, self.stopping)
         try:
             response = handler.handle(request, ctx)
             return None if response is None else _encode(response, correlation_id)
-        except CloseConnection:
+        except _CloseConnection:
             raise
         except Exception:
             log.exception("%s v%s from %s failed", spec.name, version, peer[0])
-            raise CloseConnection(f"{spec.name} failed on the broker") from None
+            raise _CloseConnection(f"{spec.name} failed on the broker") from None
 
 
 def _encode(response: Message, correlation_id: int) -> bytes:
@@ -199,6 +201,6 @@ def _read_exactly(conn: socket.socket, size: int) -> memoryview | None:
         if n == 0:
             if got == 0:
                 return None
-            raise CloseConnection("the connection closed in the middle of a frame")
+            raise _CloseConnection("the connection closed in the middle of a frame")
         got += n
     return view

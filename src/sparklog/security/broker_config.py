@@ -108,7 +108,7 @@ class BrokerSecurity:
         (``--kafka-port``; None: none)."""
         if self.kafka_listeners or kafka_port is None:
             return self
-        if self.authenticates or any(listener.tls for listener in self.listeners):
+        if self.authorizer or self.authenticates or any(listener.tls for listener in self.listeners):
             raise InvalidConfig(
                 "--kafka-port opens a plaintext Kafka listener, which would let anyone past this secured "
                 "broker's TLS and SASL: configure kafka.listeners instead"
@@ -172,6 +172,12 @@ class BrokerSecurity:
         except InvalidConfig as exc:
             raise InvalidConfig(f"inter-broker settings: {exc} (inter.broker.sasl.username/password)") from None
         kafka_listeners, kafka_advertised = _kafka_listeners(properties)
+        secured = authorizer or any(listener.tls or listener.sasl for listener in listeners)
+        if kafka_listeners and secured:  # every Kafka listener is plaintext so far: it would bypass them
+            raise InvalidConfig(
+                "kafka.listeners: a PLAINTEXT Kafka listener would let any client past this broker's TLS, SASL "
+                "and ACLs; the Kafka listener does not authenticate or authorize yet"
+            )
         return cls(
             listeners,
             advertised,
