@@ -24,6 +24,7 @@ SCENARIOS: dict[str, tuple[str, str]] = {
     "spark-read": ("spark_scenarios", "spark_read"),
     "spark-write": ("spark_scenarios", "spark_write"),
     "tier": ("tier", "tier"),
+    "kafka-clients": ("kafka_clients", "run"),
 }
 
 

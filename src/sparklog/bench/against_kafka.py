@@ -28,7 +28,7 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from sparklog.bench import idle, kafka_peer
+from sparklog.bench import idle, kafka_clients, kafka_peer
 
 # Figures compared, and which way is better. Everything else in a result is the workload.
 HIGHER_IS_BETTER = (
@@ -49,6 +49,7 @@ DEFAULTS: dict[str, dict[str, Any]] = {
     "spark-read": {"records": 2_000_000},
     "spark-write": {"records": 2_000_000},
     "idle": {"partitions": 1000, "replication_factor": 3, "brokers": 3, "seconds": 20.0},
+    "kafka-clients": {"records": 1_000_000},
 }
 
 
@@ -101,6 +102,7 @@ SIDES: dict[str, tuple[Callable[..., dict[str, Any]], Callable[..., dict[str, An
     "spark-read": (sparklog_spark_read, kafka_peer.kafka_spark_read),
     "spark-write": (sparklog_spark_write, kafka_peer.kafka_spark_write),
     "idle": (idle.run, idle.kafka_run),
+    "kafka-clients": (kafka_clients.run, kafka_clients.kafka_run),
 }
 SCENARIOS = tuple(SIDES)
 

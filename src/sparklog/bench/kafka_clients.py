@@ -1,0 +1,83 @@
+"""``sparklog bench kafka-clients``: Kafka's own clients against sparklog's Kafka listener.
+
+The workload a team moving from Kafka runs first: confluent-kafka (librdkafka) producing
+``records`` values of ``value_bytes`` one ``produce()`` at a time (lz4, ``linger.ms=5``, ``acks``
+as asked), then a confluent-kafka consumer reading them all back (partitions assigned, batch
+``consume()``). ``--against kafka`` runs the very same functions against Apache Kafka
+(:mod:`sparklog.bench.kafka_peer`), so the ratio compares brokers, not clients.
+
+Figures: ``send_records_per_s`` (produce) and ``python_client_records_per_s`` (consume).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import tempfile
+from typing import Any
+
+from sparklog.bench.kafka_peer import TOPIC, KafkaCluster, confluent_consume, confluent_produce
+
+PRODUCER_CONFIG = {"compression.type": "lz4", "linger.ms": 5}
+
+
+def _workload(bootstrap: str, records: int, value_bytes: int, partitions: int, acks: str) -> dict[str, Any]:
+    produced = confluent_produce(bootstrap, TOPIC, records, value_bytes, acks, dict(PRODUCER_CONFIG))
+    consumed = confluent_consume(bootstrap, TOPIC, records + 1, partitions)  # + the producer's warm-up record
+    return {
+        "send_records_per_s": produced["send_records_per_s"],
+        "python_client_records_per_s": consumed["records_per_s"],
+    }
+
+
+def _result(records: int, value_bytes: int, partitions: int, acks: str, replication_factor: int) -> dict[str, Any]:
+    return {
+        "scenario": "kafka-clients",
+        "records": records,
+        "value_bytes": value_bytes,
+        "partitions": partitions,
+        "acks": acks,
+        "replication_factor": replication_factor,
+        "compression": PRODUCER_CONFIG["compression.type"],
+    }
+
+
+def run(
+    records: int = 1_000_000,
+    value_bytes: int = 100,
+    partitions: int = 6,
+    acks: str = "1",
+    replication_factor: int = 1,
+    brokers: int = 1,
+    **_: Any,
+) -> dict[str, Any]:
+    """confluent-kafka into a local sparklog cluster's Kafka listeners."""
+    from sparklog.client.admin import Admin
+    from sparklog.local_cluster import LocalCluster
+
+    with (
+        tempfile.TemporaryDirectory(prefix="sparklog-bench-kafka-clients-") as tmp,
+        LocalCluster(tmp, brokers=max(brokers, replication_factor)) as cluster,
+    ):
+        configs = {"min.insync.replicas": str(min(2, replication_factor))} if replication_factor > 1 else {}
+        with Admin(bootstrap_servers=cluster.bootstrap_servers) as admin:
+            admin.create_topic(TOPIC, partitions, replication_factor, configs)
+        figures = _workload(cluster.kafka_bootstrap_servers, records, value_bytes, partitions, acks)
+    return {**_result(records, value_bytes, partitions, acks, replication_factor), **figures}
+
+
+def kafka_run(
+    records: int = 1_000_000,
+    value_bytes: int = 100,
+    partitions: int = 6,
+    acks: str = "1",
+    replication_factor: int = 1,
+    brokers: int = 1,
+    **_: Any,
+) -> dict[str, Any]:
+    """The same against Apache Kafka (KRaft nodes on loopback)."""
+    kafka = KafkaCluster(brokers=max(brokers, replication_factor), partitions=partitions).start()
+    with contextlib.closing(kafka):
+        configs = {"min.insync.replicas": str(min(2, replication_factor))} if replication_factor > 1 else {}
+        kafka.create_topic(TOPIC, partitions, replication_factor, configs)
+        figures = _workload(kafka.bootstrap, records, value_bytes, partitions, acks)
+    return {**_result(records, value_bytes, partitions, acks, replication_factor), **figures}
