@@ -7,18 +7,28 @@ as Arrow batches and plain values."""
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
-from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 
 import pyarrow as pa
+from kazoo.exceptions import KazooException
+from kazoo.handlers.threading import KazooTimeoutError
 
 from sparklog.broker.lake.union_read import UnionRead
 from sparklog.broker.partition import Partition
 from sparklog.broker.produce_request import append_produced
 from sparklog.broker.replication.partition_changes import PartitionChanges
 from sparklog.coordination.cluster import BrokerInfo, ClusterMetadata, PartitionState, TopicMetadata
-from sparklog.errors import FencedLeaderEpoch, InvalidRecord, SparklogError, UnknownLeaderEpoch
+from sparklog.errors import (
+    CoordinatorNotAvailable,
+    FencedLeaderEpoch,
+    GroupNotEmpty,
+    InvalidRecord,
+    SparklogError,
+    UnknownLeaderEpoch,
+)
 from sparklog.kafka.broker_access import (
     Appended,
     BrokerEndpoint,
@@ -157,13 +167,17 @@ class KafkaGateway:
 
     # ----------------------------------------------------------------- cluster
     def cluster(self, topics: Sequence[str] | None) -> ClusterInfo:
+        brokers = self.kafka_brokers()
+        names = list(self._cluster.topics()) if topics is None else list(topics)
+        return ClusterInfo(self._id(), self._controller_id(), brokers, [self._topic(name) for name in names])
+
+    def kafka_brokers(self) -> Sequence[BrokerEndpoint]:
         brokers = []
         for info in sorted(self._live_brokers().values(), key=lambda b: b.broker_id):
             address = info.kafka_address()
             if address is not None:  # a broker without a Kafka listener cannot serve Kafka clients
                 brokers.append(BrokerEndpoint(info.broker_id, address[0], address[1]))
-        names = list(self._cluster.topics()) if topics is None else list(topics)
-        return ClusterInfo(self._id(), self._controller_id(), brokers, [self._topic(name) for name in names])
+        return brokers
 
     def _id(self) -> str:
         if self._cluster_id is None:
@@ -206,10 +220,30 @@ class KafkaGateway:
 
     # ----------------------------------------------------------------- group offsets
     def commit_offsets(self, group: str, offsets: Mapping[TopicPartition, int]) -> None:
-        self._cluster.commit_offsets(group, dict(offsets))
+        with _zookeeper_errors():
+            self._cluster.commit_offsets(group, dict(offsets))
 
     def committed_offsets(self, group: str, topic: str | None = None) -> Mapping[TopicPartition, int]:
-        return self._cluster.committed_offsets(group, topic)
+        with _zookeeper_errors():
+            return self._cluster.committed_offsets(group, topic)
 
     def groups(self) -> Sequence[str]:
-        return list(self._cluster.groups())
+        with _zookeeper_errors():
+            return list(self._cluster.groups())
+
+    def delete_offsets(self, group: str, partitions: Collection[TopicPartition] | None = None) -> int:
+        with _zookeeper_errors():
+            members = self._cluster.group_members(group)  # sparklog's own consumers, by the topics they read
+            topics = None if partitions is None else {t for t, _ in partitions}
+            reading = [t for read in members for t in read if topics is None or t in topics]
+            if reading:
+                raise GroupNotEmpty(f"sparklog consumers of group {group!r} read {sorted(set(reading))}")
+            return self._cluster.delete_committed_offsets(group, partitions)
+
+
+@contextlib.contextmanager
+def _zookeeper_errors() -> Iterator[None]:
+    try:
+        yield
+    except (KazooException, KazooTimeoutError) as exc:
+        raise CoordinatorNotAvailable(f"the broker could not reach ZooKeeper ({type(exc).__name__}); retry") from None

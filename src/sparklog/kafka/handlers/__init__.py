@@ -4,9 +4,47 @@
 from __future__ import annotations
 
 from sparklog.kafka.api import ApiHandler
-from sparklog.kafka.handlers import api_versions, fetch, leader_epochs, list_offsets, metadata, produce, producer_ids
+from sparklog.kafka.handlers import (
+    api_versions,
+    delete_groups,
+    describe_groups,
+    fetch,
+    find_coordinator,
+    heartbeat,
+    join_group,
+    leader_epochs,
+    leave_group,
+    list_groups,
+    list_offsets,
+    metadata,
+    offset_commit,
+    offset_delete,
+    offset_fetch,
+    produce,
+    producer_ids,
+    sync_group,
+)
 
 HANDLERS: dict[int, ApiHandler] = {
     module.API.key: ApiHandler(module.API, module.handle)
-    for module in (api_versions, metadata, produce, fetch, list_offsets, leader_epochs, producer_ids)
+    for module in (
+        api_versions,
+        metadata,
+        produce,
+        fetch,
+        list_offsets,
+        leader_epochs,
+        producer_ids,
+        find_coordinator,
+        join_group,
+        sync_group,
+        heartbeat,
+        leave_group,
+        offset_commit,
+        offset_fetch,
+        list_groups,
+        describe_groups,
+        delete_groups,
+        offset_delete,
+    )
 }
