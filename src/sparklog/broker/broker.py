@@ -55,6 +55,7 @@ from sparklog.coordination.lake_offsets import LakeOffsets
 from sparklog.coordination.ports import port_is_open
 from sparklog.dir_lock import DirLock
 from sparklog.errors import BrokerIdInUse, InvalidRequest
+from sparklog.kafka.coordinator import GroupCoordinator
 from sparklog.kafka.server import KafkaListener
 from sparklog.schemas.registry import SchemaRegistry
 from sparklog.schemas.value_schema import ValueSchema
@@ -256,8 +257,11 @@ class Broker:
             states.states,
         )
         ports = {}
+        groups = GroupCoordinator()  # one per broker, whichever listener a group's members come through
         for listener in self.security.kafka_listeners:
-            kafka = KafkaListener(gateway, listener.host, listener.port, max_connections_per_ip=self.max_calls_per_ip)
+            kafka = KafkaListener(
+                gateway, listener.host, listener.port, max_connections_per_ip=self.max_calls_per_ip, groups=groups
+            )
             self.kafka_listeners.append(kafka.start())
             ports[listener.protocol] = kafka.port
         self.kafka_endpoints = [

@@ -31,6 +31,7 @@ from sparklog.coordination.cluster import (
 )
 from sparklog.errors import (
     FencedLeaderEpoch,
+    GroupNotEmpty,
     InvalidRecord,
     RequestTimedOut,
     SparklogError,
@@ -181,13 +182,17 @@ class KafkaGateway:
 
     # ----------------------------------------------------------------- cluster
     def cluster(self, topics: Sequence[str] | None) -> ClusterInfo:
+        brokers = self.kafka_brokers()
+        names = list(self._cluster.topics()) if topics is None else list(topics)
+        return ClusterInfo(self._id(), self._controller_id(), brokers, [self._topic(name) for name in names])
+
+    def kafka_brokers(self) -> Sequence[BrokerEndpoint]:
         brokers = []
         for info in sorted(self._live_brokers().values(), key=lambda b: b.broker_id):
             address = info.kafka_address()
             if address is not None:  # a broker without a Kafka listener cannot serve Kafka clients
                 brokers.append(BrokerEndpoint(info.broker_id, address[0], address[1]))
-        names = list(self._cluster.topics()) if topics is None else list(topics)
-        return ClusterInfo(self._id(), self._controller_id(), brokers, [self._topic(name) for name in names])
+        return brokers
 
     def _id(self) -> str:
         if self._cluster_id is None:
@@ -231,13 +236,25 @@ class KafkaGateway:
 
     # ----------------------------------------------------------------- group offsets
     def commit_offsets(self, group: str, offsets: Mapping[TopicPartition, int]) -> None:
-        self._cluster.commit_offsets(group, dict(offsets))
+        with zookeeper_errors(self._cluster.zk):
+            self._cluster.commit_offsets(group, dict(offsets))
 
     def committed_offsets(self, group: str, topic: str | None = None) -> Mapping[TopicPartition, int]:
-        return self._cluster.committed_offsets(group, topic)
+        with zookeeper_errors(self._cluster.zk):
+            return self._cluster.committed_offsets(group, topic)
 
     def groups(self) -> Sequence[str]:
-        return list(self._cluster.groups())
+        with zookeeper_errors(self._cluster.zk):
+            return list(self._cluster.groups())
+
+    def delete_offsets(self, group: str, partitions: Collection[TopicPartition] | None = None) -> int:
+        with zookeeper_errors(self._cluster.zk):
+            members = self._cluster.group_members(group)  # sparklog's own consumers, by the topics they read
+            topics = None if partitions is None else {t for t, _ in partitions}
+            reading = [t for read in members for t in read if topics is None or t in topics]
+            if reading:
+                raise GroupNotEmpty(f"sparklog consumers of group {group!r} read {sorted(set(reading))}")
+            return self._cluster.delete_committed_offsets(group, partitions)
 
     # ----------------------------------------------------------------- topic administration
     def create_topic(

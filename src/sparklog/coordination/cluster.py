@@ -966,6 +966,35 @@ class ClusterMetadata:
     def groups(self) -> list[str]:
         return sorted(self.zk.get_children(self.layout.consumers))
 
+    def delete_committed_offsets(self, group: str, partitions: Iterable[tuple[str, int]] | None = None) -> int:
+        """Remove the group's committed offsets of ``partitions`` (None: every one, then the
+        group's znode unless members still hold something under it); how many there were."""
+        base = self.layout.group_offsets(group)
+        removed = 0
+        if partitions is None:
+            try:
+                topics = self.zk.get_children(base)
+            except NoNodeError:
+                topics = []
+            for topic in topics:
+                with contextlib.suppress(NoNodeError):
+                    removed += len(self.zk.get_children(f"{base}/{topic}"))
+            with contextlib.suppress(NoNodeError):
+                self.zk.delete(base, recursive=True)
+            with contextlib.suppress(NoNodeError, NotEmptyError):
+                self.zk.delete(self.layout.group(group))
+            return removed
+        topics_touched = set()
+        for topic, partition in partitions:
+            with contextlib.suppress(NoNodeError):
+                self.zk.delete(self.layout.committed_offset(group, topic, partition))
+                removed += 1
+            topics_touched.add(topic)
+        for topic in topics_touched:  # a topic left without offsets goes too
+            with contextlib.suppress(NoNodeError, NotEmptyError):
+                self.zk.delete(f"{base}/{check_topic_name(topic)}")
+        return removed
+
     def group_members(self, group: str) -> dict[tuple[str, ...], list[str]]:
         """The group's live members by the topics they read: the identifiers in each set of
         topics' ``SetPartitioner`` party (kazoo's ``ShallowParty``)."""

@@ -8,6 +8,8 @@ import dataclasses
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from sparklog.kafka.coordinator import GroupCoordinator
+
 if TYPE_CHECKING:
     from sparklog.kafka.broker_access import KafkaBroker
 
@@ -40,7 +42,7 @@ class ListenerState:
     """What the handlers of one broker's Kafka listener share between requests and connections."""
 
     specs: tuple[ApiSpec, ...]  # every API served (ApiVersions lists them)
-    groups: Any = None  # the classic group protocol's coordinator, once one serves here
+    groups: GroupCoordinator = dataclasses.field(default_factory=GroupCoordinator)  # classic groups here
 
 
 @dataclasses.dataclass

@@ -150,7 +150,9 @@ class ClusterView(Protocol):
 
 
 class GroupOffsets(Protocol):
-    """Committed offsets of consumer groups (the same ones sparklog's own consumers commit)."""
+    """Committed offsets of consumer groups (the same ones sparklog's own consumers commit), and
+    the brokers a group's coordinator is chosen among. ZooKeeper out of reach:
+    CoordinatorNotAvailable; a group name ZooKeeper cannot hold: InvalidGroupId."""
 
     def commit_offsets(self, group: str, offsets: Mapping[TopicPartition, int]) -> None: ...
 
@@ -158,6 +160,16 @@ class GroupOffsets(Protocol):
 
     def groups(self) -> Sequence[str]:
         """Every group with committed offsets."""
+        ...
+
+    def delete_offsets(self, group: str, partitions: Collection[TopicPartition] | None = None) -> int:
+        """Remove the group's committed offsets of ``partitions`` (None: all of them, and the
+        group with them); how many there were. GroupNotEmpty while sparklog's own consumers in
+        the group read one of the topics."""
+        ...
+
+    def kafka_brokers(self) -> Sequence[BrokerEndpoint]:
+        """The live brokers with a Kafka listener, by id (at their advertised Kafka addresses)."""
         ...
 
 

@@ -27,6 +27,18 @@ CLUSTER_AUTHORIZATION_FAILED = kerr.ClusterAuthorizationFailedError.errno
 TRANSACTIONAL_ID_AUTHORIZATION_FAILED = kerr.TransactionalIdAuthorizationFailedError.errno
 COORDINATOR_NOT_AVAILABLE = kerr.CoordinatorNotAvailableError.errno
 NOT_COORDINATOR = kerr.NotCoordinatorError.errno
+# the classic consumer group protocol
+INVALID_GROUP_ID = kerr.InvalidGroupIdError.errno
+ILLEGAL_GENERATION = kerr.IllegalGenerationError.errno
+INCONSISTENT_GROUP_PROTOCOL = kerr.InconsistentGroupProtocolError.errno
+UNKNOWN_MEMBER_ID = kerr.UnknownMemberIdError.errno
+INVALID_SESSION_TIMEOUT = kerr.InvalidSessionTimeoutError.errno
+REBALANCE_IN_PROGRESS = kerr.RebalanceInProgressError.errno
+NON_EMPTY_GROUP = kerr.NonEmptyGroupError.errno
+GROUP_ID_NOT_FOUND = kerr.GroupIdNotFoundError.errno
+MEMBER_ID_REQUIRED = kerr.MemberIdRequiredError.errno
+FENCED_INSTANCE_ID = kerr.FencedInstanceIdError.errno
+GROUP_SUBSCRIBED_TO_TOPIC = kerr.GroupSubscribedToTopicError.errno
 INVALID_RECORD = kerr.InvalidRecordError.errno
 REQUEST_TIMED_OUT = kerr.RequestTimedOutError.errno
 INVALID_TOPIC_EXCEPTION = kerr.InvalidTopicError.errno
@@ -57,12 +69,12 @@ _BY_CODE: dict[str, int] = {
     "BROKER_NOT_AVAILABLE": kerr.BrokerNotAvailableError.errno,
     "REQUEST_TIMED_OUT": REQUEST_TIMED_OUT,
     "COORDINATOR_NOT_AVAILABLE": COORDINATOR_NOT_AVAILABLE,
-    "UNKNOWN_GROUP": kerr.GroupIdNotFoundError.errno,
-    "UNKNOWN_MEMBER_ID": kerr.UnknownMemberIdError.errno,
-    "NON_EMPTY_GROUP": kerr.NonEmptyGroupError.errno,
+    "UNKNOWN_GROUP": GROUP_ID_NOT_FOUND,
+    "UNKNOWN_MEMBER_ID": UNKNOWN_MEMBER_ID,
+    "NON_EMPTY_GROUP": NON_EMPTY_GROUP,
     "INVALID_REQUEST": INVALID_REQUEST,
     "INVALID_TOPIC": INVALID_TOPIC_EXCEPTION,
-    "INVALID_GROUP_ID": kerr.InvalidGroupIdError.errno,
+    "INVALID_GROUP_ID": INVALID_GROUP_ID,
     "INVALID_PARTITIONS": INVALID_PARTITIONS,
     "INVALID_REPLICATION_FACTOR": INVALID_REPLICATION_FACTOR,
     "INVALID_REPLICA_ASSIGNMENT": INVALID_REPLICA_ASSIGNMENT,

@@ -27,6 +27,7 @@ from kafka.protocol.api_header import RequestHeader
 from sparklog.kafka import error_codes
 from sparklog.kafka.api import ApiHandler, ListenerState, Message, RequestContext
 from sparklog.kafka.broker_access import KafkaBroker
+from sparklog.kafka.coordinator import GroupCoordinator
 from sparklog.kafka.handlers import HANDLERS, api_versions
 
 log = logging.getLogger(__name__)
@@ -53,13 +54,17 @@ class KafkaListener:
         handlers: Mapping[int, ApiHandler] = HANDLERS,
         max_request_bytes: int = SOCKET_REQUEST_MAX_BYTES,
         max_connections_per_ip: int = DEFAULT_MAX_CONNECTIONS_PER_IP,
+        groups: GroupCoordinator | None = None,
     ) -> None:
+        """``groups``: the broker's classic group coordinator, one for all its Kafka listeners
+        (which stop together: the first to stop stops it); by default the listener's own."""
         self.broker = broker
         self.host = host
         self.handlers = dict(handlers)
         self.max_request_bytes = max_request_bytes
         self.max_connections_per_ip = max_connections_per_ip
-        self.state = ListenerState(specs=tuple(h.spec for h in self.handlers.values()))
+        specs = tuple(h.spec for h in self.handlers.values())
+        self.state = ListenerState(specs) if groups is None else ListenerState(specs, groups)
         self._stopping = threading.Event()
         self._lock = threading.Lock()
         self._connections: dict[socket.socket, threading.Thread] = {}
@@ -77,8 +82,10 @@ class KafkaListener:
         return self._stopping.is_set()
 
     def stop(self, grace_s: float = 2.0) -> None:
-        """Stop accepting, end every connection (a waiting fetch gives up), wait for their threads."""
+        """Stop accepting, end every connection (a waiting fetch gives up, a JoinGroup or
+        SyncGroup waiting for its group is answered), wait for their threads."""
         self._stopping.set()
+        self.state.groups.stop()
         with contextlib.suppress(OSError):
             self._socket.close()
         with self._lock:

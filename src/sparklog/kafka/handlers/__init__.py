@@ -9,18 +9,43 @@ from sparklog.kafka.handlers import (
     api_versions,
     create_partitions,
     create_topics,
+    delete_groups,
     delete_topics,
     describe_cluster,
     describe_configs,
+    describe_groups,
     fetch,
+    find_coordinator,
+    heartbeat,
     incremental_alter_configs,
+    join_group,
     leader_epochs,
+    leave_group,
+    list_groups,
     list_offsets,
     metadata,
+    offset_commit,
+    offset_delete,
+    offset_fetch,
     produce,
     producer_ids,
+    sync_group,
 )
 
+RECORDS = (produce, fetch, list_offsets, leader_epochs, producer_ids)
+GROUPS = (
+    find_coordinator,
+    join_group,
+    sync_group,
+    heartbeat,
+    leave_group,
+    offset_commit,
+    offset_fetch,
+    list_groups,
+    describe_groups,
+    delete_groups,
+    offset_delete,
+)
 TOPIC_ADMIN = (
     create_topics,
     delete_topics,
@@ -33,5 +58,5 @@ TOPIC_ADMIN = (
 
 HANDLERS: dict[int, ApiHandler] = {
     module.API.key: ApiHandler(module.API, module.handle)
-    for module in (api_versions, metadata, produce, fetch, list_offsets, leader_epochs, producer_ids, *TOPIC_ADMIN)
+    for module in (api_versions, metadata, *RECORDS, *GROUPS, *TOPIC_ADMIN)
 }
