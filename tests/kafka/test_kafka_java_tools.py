@@ -108,3 +108,104 @@ def test_verifiable_producer_acknowledges_what_is_stored(cluster: LocalCluster, 
     counts = Counter(stored)
     assert all(counts[e["value"].encode()] == 1 for e in acked)
     assert len(stored) == 5000
+
+
+def test_verifiable_consumer_reads_every_acknowledged_record_once_and_the_group_tool_resets_it(
+    cluster: LocalCluster, admin: Admin
+) -> None:
+    """What VerifiableProducer had acknowledged, VerifiableConsumer (a classic group member, commits
+    after each batch) consumes exactly once; `kafka-consumer-groups --describe` then shows no lag,
+    and `--reset-offsets --to-earliest --execute` moves the group back to the start."""
+    topic, group = "java-verifiable-group", "verifiable"
+    admin.create_topic(topic, 3, 3, {"min.insync.replicas": "2"})
+    produced = events(
+        tool(
+            "org.apache.kafka.tools.VerifiableProducer",
+            "--bootstrap-server",
+            cluster.kafka_bootstrap_servers,
+            "--topic",
+            topic,
+            "--max-messages",
+            "3000",
+            "--acks",
+            "-1",
+            "--throughput",
+            "-1",
+        )
+    )
+    acked = Counter(e["value"] for e in produced if e["name"] == "producer_send_success")
+    assert sum(acked.values()) == 3000
+    consumed_events = events(
+        tool(
+            "org.apache.kafka.tools.VerifiableConsumer",
+            "--bootstrap-server",
+            cluster.kafka_bootstrap_servers,
+            "--topic",
+            topic,
+            "--group-id",
+            group,
+            "--max-messages",
+            "3000",
+            "--verbose",
+        )
+    )
+    consumed = Counter(e["value"] for e in consumed_events if e["name"] == "record_data")
+    assert consumed == acked  # every acknowledged record, once
+    commits = [e for e in consumed_events if e["name"] == "offsets_committed"]
+    assert commits and all(e["success"] for e in commits)
+
+    describe = tool(
+        "org.apache.kafka.tools.consumer.group.ConsumerGroupCommand",
+        "--bootstrap-server",
+        cluster.kafka_bootstrap_servers,
+        "--describe",
+        "--group",
+        group,
+    )
+    rows = [line.split() for line in describe.splitlines() if line.startswith(group)]
+    filled = {e["partition"] for e in produced if e["name"] == "producer_send_success"}
+    # VerifiableConsumer commits the partitions it consumed from: each with no lag
+    assert sorted(int(row[2]) for row in rows) == sorted(filled), describe
+    assert all(row[5] == "0" for row in rows), describe  # the LAG column
+    tool(
+        "org.apache.kafka.tools.consumer.group.ConsumerGroupCommand",
+        "--bootstrap-server",
+        cluster.kafka_bootstrap_servers,
+        "--reset-offsets",
+        "--to-earliest",
+        "--execute",
+        "--group",
+        group,
+        "--topic",
+        topic,
+    )
+    rows_after = admin.describe_group(group)
+    assert [(r["partition"], r["committed_offset"]) for r in rows_after] == [(0, 0), (1, 0), (2, 0)]
+
+
+def test_client_compatibility_test(cluster: LocalCluster, admin: Admin) -> None:
+    """Kafka's own ClientCompatibilityTest, with the flags that say what this listener supports
+    (ACLs are not served on it yet)."""
+    tool(
+        "org.apache.kafka.tools.ClientCompatibilityTest",
+        "--bootstrap-server",
+        cluster.kafka_bootstrap_servers,
+        "--topic",
+        "java-compatibility",
+        "--offsets-for-times-supported",
+        "true",
+        "--cluster-id-supported",
+        "true",
+        "--expect-record-too-large-exception",
+        "false",
+        "--num-cluster-nodes",
+        "3",
+        "--create-topics-supported",
+        "true",
+        "--describe-acls-supported",
+        "false",
+        "--describe-configs-supported",
+        "true",
+        "--idempotent-producer-supported",
+        "true",
+    )

@@ -409,3 +409,27 @@ def test_the_registration_carries_the_kafka_listener(cluster: LocalCluster) -> N
         brokers = meta.brokers()
     for broker_id, process in cluster.brokers.items():
         assert brokers[broker_id].kafka_endpoints == (("PLAINTEXT", "127.0.0.1", process.kafka_port),)
+
+
+def test_a_producer_creates_the_topic_it_names_as_kafka_does(cluster: LocalCluster, admin: Admin) -> None:
+    """auto.create.topics.enable (on by default, as in Kafka): a producer's Metadata request creates
+    an unknown topic with the default partitions and replicas; a request that does not allow it
+    (librdkafka's and Java's consumers can say so) creates nothing."""
+    producer = KafkaProducer({"bootstrap.servers": cluster.kafka_bootstrap_servers})
+    produce(producer, "kafka-auto-created", value=b"first")
+    assert producer.flush(30) == 0
+    assert admin.topic("kafka-auto-created").partitions == 1
+    (message,) = consume_all(cluster, "kafka-auto-created", 1, 1)
+    assert message.value() == b"first"
+
+    from kafka.protocol.metadata import MetadataRequest
+
+    asked = MetadataRequest[9](
+        topics=[MetadataRequest.MetadataRequestTopic(name="kafka-never-made")],
+        allow_auto_topic_creation=False,
+        include_topic_authorized_operations=False,
+    )
+    with KafkaWire(*kafka_address(cluster)) as wire:
+        (topic,) = wire.request(asked).topics
+    assert topic.error_code == 3  # UNKNOWN_TOPIC_OR_PARTITION
+    assert "kafka-never-made" not in admin.list_topics()

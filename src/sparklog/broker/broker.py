@@ -260,7 +260,12 @@ class Broker:
         groups = GroupCoordinator()  # one per broker, whichever listener a group's members come through
         for listener in self.security.kafka_listeners:
             kafka = KafkaListener(
-                gateway, listener.host, listener.port, max_connections_per_ip=self.max_calls_per_ip, groups=groups
+                gateway,
+                listener.host,
+                listener.port,
+                max_connections_per_ip=self.max_calls_per_ip,
+                groups=groups,
+                auto_create_topics=self.security.auto_create_topics,
             )
             self.kafka_listeners.append(kafka.start())
             ports[listener.protocol] = kafka.port

@@ -43,6 +43,7 @@ class ListenerState:
 
     specs: tuple[ApiSpec, ...]  # every API served (ApiVersions lists them)
     groups: GroupCoordinator = dataclasses.field(default_factory=GroupCoordinator)  # classic groups here
+    auto_create_topics: bool = True  # auto.create.topics.enable: Metadata may create what it is asked for
 
 
 @dataclasses.dataclass

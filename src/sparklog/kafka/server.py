@@ -55,16 +55,21 @@ class KafkaListener:
         max_request_bytes: int = SOCKET_REQUEST_MAX_BYTES,
         max_connections_per_ip: int = DEFAULT_MAX_CONNECTIONS_PER_IP,
         groups: GroupCoordinator | None = None,
+        auto_create_topics: bool = True,
     ) -> None:
         """``groups``: the broker's classic group coordinator, one for all its Kafka listeners
-        (which stop together: the first to stop stops it); by default the listener's own."""
+        (which stop together: the first to stop stops it); by default the listener's own.
+        ``auto_create_topics``: Kafka's ``auto.create.topics.enable`` (a Metadata request that
+        allows it creates the unknown topics it names, with the default partitions and replicas)."""
         self.broker = broker
         self.host = host
         self.handlers = dict(handlers)
         self.max_request_bytes = max_request_bytes
         self.max_connections_per_ip = max_connections_per_ip
         specs = tuple(h.spec for h in self.handlers.values())
-        self.state = ListenerState(specs) if groups is None else ListenerState(specs, groups)
+        self.state = ListenerState(specs, auto_create_topics=auto_create_topics)
+        if groups is not None:
+            self.state.groups = groups
         self._stopping = threading.Event()
         self._lock = threading.Lock()
         self._connections: dict[socket.socket, threading.Thread] = {}

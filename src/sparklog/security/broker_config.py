@@ -94,6 +94,7 @@ class BrokerSecurity:
     owner_only: bool = False
     kafka_listeners: tuple[Listener, ...] = ()  # the Kafka-protocol listeners (kafka.listeners)
     kafka_advertised: tuple[Listener, ...] = ()
+    auto_create_topics: bool = True  # auto.create.topics.enable (Kafka's default): Kafka clients' Metadata creates
 
     @classmethod
     def plaintext(cls, host: str, port: int, kafka_port: int | None = None) -> BrokerSecurity:
@@ -193,6 +194,7 @@ class BrokerSecurity:
             owner_only,
             kafka_listeners,
             kafka_advertised,
+            _boolean(properties, "auto.create.topics.enable", "true"),
         )
 
     @property
@@ -240,8 +242,8 @@ def _kafka_listeners(properties: Mapping[str, str]) -> tuple[tuple[Listener, ...
     return listeners, advertised
 
 
-def _boolean(properties: Mapping[str, str], setting: str) -> bool:
-    value = properties.get(setting, "false").lower()
+def _boolean(properties: Mapping[str, str], setting: str, default: str = "false") -> bool:
+    value = properties.get(setting, default).lower()
     if value not in ("true", "false"):
         raise InvalidConfig(f"{setting} must be true or false, got {value!r:.40}")
     return value == "true"

@@ -1,21 +1,29 @@
 """Metadata: the live brokers at their advertised Kafka addresses, the controller, and each named
-topic's partitions (leader, leader epoch, replicas, ISR). Topics are not created by asking for
-them (``allow_auto_topic_creation`` is ignored: topics are created with CreateTopics or
-``sparklog topics create``); an unknown topic is ``UNKNOWN_TOPIC_OR_PARTITION``."""
+topic's partitions (leader, leader epoch, replicas, ISR). An unknown topic is
+``UNKNOWN_TOPIC_OR_PARTITION``, unless the request allows creating it (``allow_auto_topic_creation``,
+v4+; always in older versions) and the broker's ``auto.create.topics.enable`` is on (Kafka's
+default): then it is created with the default partitions and replication factor, as Kafka does,
+and answered ``LEADER_NOT_AVAILABLE`` until its leaders are elected (clients ask again)."""
 
 from __future__ import annotations
 
+import logging
+import time
 import uuid
 
 from kafka.protocol.metadata import MetadataRequest, MetadataResponse
 
+from sparklog.errors import SparklogError, UnknownTopic
 from sparklog.kafka import error_codes
 from sparklog.kafka.api import ApiSpec, Message, RequestContext
 from sparklog.kafka.broker_access import TopicInfo
 
+log = logging.getLogger(__name__)
+
 API = ApiSpec(MetadataRequest, MetadataResponse, 0, 12)  # 13 names topics by id only
 
 NO_TOPIC_ID = uuid.UUID(int=0)  # sparklog's topics have no ids; clients then go by name
+AUTO_CREATE_WAIT_S = 2.0  # how long an auto-created topic may take to reach this broker's view
 
 
 def requested_topics(request: Message, version: int) -> list[str] | None:
@@ -58,8 +66,23 @@ def _topic(info: TopicInfo) -> Message:
     )
 
 
+def _auto_create(ctx: RequestContext, unknown: list[str]) -> None:
+    for name in unknown:
+        try:
+            ctx.broker.create_topic(name, None, None, None, {}, False, time.monotonic() + AUTO_CREATE_WAIT_S)
+        except SparklogError as exc:  # created meanwhile by another client, or a name refused
+            log.info("auto-creating topic %r: %s", name, exc)
+
+
 def handle(request: Message, ctx: RequestContext) -> Message:
-    cluster = ctx.broker.cluster(requested_topics(request, ctx.api_version))
+    names = requested_topics(request, ctx.api_version)
+    cluster = ctx.broker.cluster(names)
+    allowed = ctx.api_version < 4 or request.allow_auto_topic_creation
+    if names and allowed and ctx.listener.auto_create_topics:
+        unknown = [t.name for t in cluster.topics if isinstance(t.error, UnknownTopic)]
+        if unknown:
+            _auto_create(ctx, unknown)
+            cluster = ctx.broker.cluster(names)
     B = MetadataResponse.MetadataResponseBroker
     return ctx.response(
         API,
