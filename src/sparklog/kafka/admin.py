@@ -70,6 +70,18 @@ def describe_entry(entry: ConfigEntry, synonyms: bool) -> Message:
     )
 
 
+def config_values(configs: list[Message]) -> dict[str, str]:
+    """A request's configs as name -> value (CreateTopics, AlterConfigs): each named once, none null."""
+    out: dict[str, str] = {}
+    for config in configs:
+        if config.value is None:
+            raise InvalidRequest(f"config {config.name!r:.100} has no value: a null value is not supported")
+        if config.name in out:
+            raise InvalidRequest(f"config {config.name!r:.100} is given twice")
+        out[config.name] = config.value
+    return out
+
+
 def error_fields(exc: SparklogError | None) -> dict[str, object]:
     """A result's ``error_code`` and ``error_message`` (none: NONE and null)."""
     if exc is None:

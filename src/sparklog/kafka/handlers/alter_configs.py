@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from kafka.protocol.admin import AlterConfigsRequest, AlterConfigsResponse
 
-from sparklog.errors import InvalidRequest, SparklogError
+from sparklog.errors import SparklogError
 from sparklog.kafka import admin
 from sparklog.kafka.api import ApiSpec, Message, RequestContext
 from sparklog.kafka.handlers.incremental_alter_configs import refuse_unless_topic
@@ -18,22 +18,11 @@ API = ApiSpec(AlterConfigsRequest, AlterConfigsResponse, 0, 2)
 Result = AlterConfigsResponse.AlterConfigsResourceResponse
 
 
-def _values(configs: list[Message]) -> dict[str, str]:
-    out: dict[str, str] = {}
-    for config in configs:
-        if config.name in out:
-            raise InvalidRequest(f"config {config.name!r:.100} is given twice in one request")
-        if config.value is None:
-            raise InvalidRequest(f"config {config.name!r:.100} has no value: a null value is not supported")
-        out[config.name] = config.value
-    return out
-
-
 def _replace(ctx: RequestContext, resource: Message, validate_only: bool) -> Message:
     named = {"resource_type": resource.resource_type, "resource_name": resource.resource_name}
     try:
         refuse_unless_topic(resource.resource_type)
-        ctx.broker.replace_topic_configs(resource.resource_name, _values(resource.configs), validate_only)
+        ctx.broker.replace_topic_configs(resource.resource_name, admin.config_values(resource.configs), validate_only)
     except SparklogError as exc:
         return Result(**named, **admin.error_fields(exc))
     return Result(**named, **admin.error_fields(None))

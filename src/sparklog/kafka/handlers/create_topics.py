@@ -46,17 +46,6 @@ def replica_assignment(topic: Message) -> list[list[int]] | None:
     return [by_index[p] for p in range(len(by_index))]
 
 
-def requested_configs(configs: list[Message]) -> dict[str, str]:
-    out: dict[str, str] = {}
-    for config in configs:
-        if config.value is None:
-            raise InvalidRequest(f"config {config.name!r:.100} has no value: a null value is not supported")
-        if config.name in out:
-            raise InvalidRequest(f"config {config.name!r:.100} is given twice")
-        out[config.name] = config.value
-    return out
-
-
 def _created(version: int, name: str, created: CreatedTopic) -> Message:
     if version < 5:
         return Result(name=name, **admin.error_fields(None))
@@ -86,7 +75,7 @@ def _create(ctx: RequestContext, topic: Message, validate_only: bool, deadline: 
             None if topic.num_partitions == BROKER_DEFAULT else topic.num_partitions,
             None if topic.replication_factor == BROKER_DEFAULT else topic.replication_factor,
             replica_assignment(topic),
-            requested_configs(topic.configs),
+            admin.config_values(topic.configs),
             validate_only,
             deadline,
         )
