@@ -20,6 +20,7 @@ from sparklog.broker.lake.union_read import UnionRead
 from sparklog.broker.partition import Partition
 from sparklog.broker.produce_request import append_produced
 from sparklog.broker.replication.partition_changes import PartitionChanges
+from sparklog.broker.typed_values import from_avro, to_avro
 from sparklog.config import PARTITIONER_CONFIG, TopicConfig
 from sparklog.coordination.cluster import (
     DEFAULT_NUM_PARTITIONS,
@@ -32,7 +33,6 @@ from sparklog.coordination.cluster import (
 from sparklog.errors import (
     FencedLeaderEpoch,
     GroupNotEmpty,
-    InvalidRecord,
     RequestTimedOut,
     SparklogError,
     UnknownLeaderEpoch,
@@ -107,19 +107,17 @@ class KafkaGateway:
                 )
         return led
 
-    def _untyped(self, topic: str) -> None:
-        if self._value_schemas.get(topic):
-            raise InvalidRecord(f"{topic!r} is a typed topic: typed topics are not served to Kafka clients yet")
-
     def max_message_bytes(self, topic: str, partition: int) -> int:
         return self._leader(topic, partition, for_write=True).log.config.max_message_bytes
 
     def append(
         self, topic: str, partition: int, records: pa.RecordBatch, acks: str, producer_id: int, sequence: int
     ) -> Appended:
-        self._untyped(topic)
         led = self._leader(topic, partition, for_write=True)
-        info = append_produced(led, records, None, None, acks, producer_id, sequence, wait=False)
+        schemas = self._value_schemas.get(topic)
+        if schemas:  # a typed topic: Kafka clients write Avro binary of its latest schema
+            records = from_avro(records, schemas)
+        info = append_produced(led, records, schemas, None, acks, producer_id, sequence, wait=False)
         config = led.log.config
         return Appended(
             info.base_offset,
@@ -136,12 +134,15 @@ class KafkaGateway:
         led.await_high_watermark(appended.last_offset + 1, min_isr, appended.leader_epoch, deadline)
 
     def read(self, topic: str, partition: int, offset: int, max_bytes: int, current_leader_epoch: int) -> PartitionRead:
-        self._untyped(topic)
         led = self._leader(topic, partition, current_leader_epoch)
         hw = led.high_watermark
         stored = self._union.read(led, offset, max_bytes, hw)
+        schemas = self._value_schemas.get(topic)
         return PartitionRead(
-            [StoredBatch(batch, header.leader_epoch) for batch, header in stored],
+            [
+                StoredBatch(to_avro(batch, schemas) if schemas else batch, header.leader_epoch)
+                for batch, header in stored
+            ],
             hw,
             led.log.log_start_offset,
             led.leader_epoch,

@@ -1,6 +1,7 @@
 """The broker's side of typed topics: produced values brought to the latest schema version, and
 stored batches served to consumers in the latest version, projected to the fields they asked for
-(only those columns' buffers go over the wire)."""
+(only those columns' buffers go over the wire). Kafka clients (the Kafka listener) write and read
+a typed topic's values as Avro binary of its latest schema: :func:`from_avro` and :func:`to_avro`."""
 
 from __future__ import annotations
 
@@ -41,6 +42,22 @@ def conform_produced(
     elif value.type != latest.arrow_type:
         value = latest.conform(value)
     return _with_value(batch, value)
+
+
+def from_avro(batch: pa.RecordBatch, schemas: Sequence[ValueSchema]) -> pa.RecordBatch:
+    """A batch whose values are Avro binary (bare bodies, no framing) of the latest schema, with
+    its values decoded to the latest schema's columns (InvalidRecord naming the row otherwise)."""
+    latest = schemas[-1]
+    value = batch.column(batch.schema.get_field_index("value"))
+    return _with_value(batch, latest.decode(value, framing="schemaless"))
+
+
+def to_avro(batch: pa.RecordBatch, schemas: Sequence[ValueSchema]) -> pa.RecordBatch:
+    """A stored batch of any schema version with its values as Avro binary of the latest schema."""
+    columns = ConsumerView(schemas, None).columns(batch)
+    value = schemas[-1].encode(columns[3], framing="schemaless")
+    names = batch.schema.names
+    return pa.RecordBatch.from_arrays([*columns[:3], value, *columns[4:]], names=names)
 
 
 class ConsumerView:
