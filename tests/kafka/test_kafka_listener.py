@@ -478,3 +478,47 @@ def test_a_typed_topic_takes_and_gives_avro_binary_of_its_schema(cluster: LocalC
             if len(values) >= len(rows):
                 break
     assert values == rows
+
+
+def test_fetched_batches_go_out_lz4_compressed_and_fill_the_partition_limit(
+    cluster: LocalCluster, admin: Admin
+) -> None:
+    """A Fetch answers with lz4-compressed batches (as most producers send them), and reads on
+    until the compressed batches fill the partition's byte limit: a consumer's queue and byte limits
+    then hold as many records as they would from Kafka's compressed log."""
+    from kafka.protocol.consumer import FetchRequest
+
+    from sparklog.kafka.record_batch import decode_batch, split_batches
+
+    topic = "kafka-fetch-codec"
+    admin.create_topic(topic, 1, 1)
+    producer = KafkaProducer({"bootstrap.servers": cluster.kafka_bootstrap_servers, "linger.ms": 0})
+    for i in range(3000):  # many small batches, each compressing well
+        produce(producer, topic, value=b"%06d" % i + b"-" * 200)
+        if i % 100 == 0:
+            producer.flush(10)
+    assert producer.flush(30) == 0
+    T = FetchRequest.FetchTopic
+    request = FetchRequest[12](
+        replica_id=-1,
+        max_wait_ms=100,
+        min_bytes=1,
+        max_bytes=10 << 20,
+        isolation_level=0,
+        session_id=0,
+        session_epoch=-1,
+        topics=[
+            T(topic=topic, partitions=[T.FetchPartition(partition=0, fetch_offset=0, partition_max_bytes=100_000)])
+        ],
+        forgotten_topics_data=[],
+        rack_id="",
+    )
+    leader = _leader_of(cluster, topic, 0)
+    with KafkaWire(*kafka_address(cluster, leader)) as wire:
+        (answer,) = wire.request(request).responses[0].partitions
+    assert answer.error_code == 0
+    batches = split_batches(answer.records)
+    assert batches and all(header.compression == 3 for header, _ in batches)
+    assert len(answer.records) <= 100_000
+    records = sum(decode_batch(data).records.num_rows for _, data in batches)
+    assert records * 207 > 100_000  # more records than the limit would hold uncompressed

@@ -44,6 +44,7 @@ class ListenerState:
     specs: tuple[ApiSpec, ...]  # every API served (ApiVersions lists them)
     groups: GroupCoordinator = dataclasses.field(default_factory=GroupCoordinator)  # classic groups here
     auto_create_topics: bool = True  # auto.create.topics.enable: Metadata may create what it is asked for
+    fetch_compression: int = 3  # the codec fetched batches go out with (Kafka's numbers: 3 lz4, 0 none)
 
 
 @dataclasses.dataclass

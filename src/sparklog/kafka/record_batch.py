@@ -255,12 +255,14 @@ class BatchFields:
     producer_id: int = NO_PRODUCER_ID
     producer_epoch: int = -1
     base_sequence: int = NO_SEQUENCE
+    compression: int = 0  # the codec the records section is written with (Kafka's numbers; 0: none)
 
 
 def encode_batch(records: pa.RecordBatch, fields: BatchFields) -> bytes:
     """Records (columns ``offset``, ``timestamp``, ``key``, ``value`` and optionally ``headers``,
-    as sparklog stores them) as one uncompressed v2 batch whose base offset is ``fields.base_offset``
-    (offset deltas from the ``offset`` column: a compacted range keeps its gaps)."""
+    as sparklog stores them) as one v2 batch whose base offset is ``fields.base_offset`` (offset
+    deltas from the ``offset`` column: a compacted range keeps its gaps), its records section
+    compressed with ``fields.compression``."""
     n = records.num_rows
     if n == 0:
         raise InvalidRecord("a record batch holds one record at least")
@@ -285,6 +287,11 @@ def encode_batch(records: pa.RecordBatch, fields: BatchFields) -> bytes:
     )  # fmt: skip
     assert written == size, (written, size)
     attributes = TIMESTAMP_TYPE_MASK if fields.log_append_time else 0
+    if fields.compression:
+        section = compression.compress(fields.compression, memoryview(out)[HEADER.size :])
+        size = len(section)
+        out = np.concatenate([out[: HEADER.size], np.frombuffer(section, np.uint8)])
+        attributes |= fields.compression
     HEADER.pack_into(
         out, 0, fields.base_offset, HEADER.size - 12 + size, fields.partition_leader_epoch, MAGIC, 0, attributes,
         int(off_delta[-1]), base_ts, int(timestamps.max()), fields.producer_id, fields.producer_epoch,

@@ -1,5 +1,7 @@
 """Fetch: committed records (below the high watermark) of each partition as Kafka record batches,
-one per stored batch, encoded from its Arrow columns by the record batch codec. A fetch with
+one per stored batch, encoded from its Arrow columns by the record batch codec and compressed with
+the listener's fetch codec (lz4 by default, as most producers send them: a consumer's queue limits
+and a fetch's byte limits then hold as many records as Kafka's compressed log would give). A fetch with
 nothing to send waits (``max_wait_ms``) for ``min_bytes``, woken by the broker's change counter
 for the partitions asked, not by polling. ``partition_max_bytes`` bounds each partition and
 ``max_bytes`` the response, except that the first batch found always goes out (as Kafka does, so
@@ -27,10 +29,14 @@ from sparklog.kafka.record_batch import BatchFields, encode_batch
 API = ApiSpec(FetchRequest, FetchResponse, 4, 12)  # 13 names topics by id only
 
 Data = FetchResponse.FetchableTopicResponse.PartitionData
+MAX_READS = 16  # reads of the log a partition's answer may take (compressed answers hold more)
 
 
-def encode_stored(batches: list[StoredBatch] | tuple[StoredBatch, ...], log_append_time: bool) -> list[bytes]:
-    """Stored batches as Kafka record batches (base offset: each batch's first offset)."""
+def encode_stored(
+    batches: list[StoredBatch] | tuple[StoredBatch, ...], log_append_time: bool, codec: int = 0
+) -> list[bytes]:
+    """Stored batches as Kafka record batches (base offset: each batch's first offset), their
+    records compressed with ``codec``."""
     out = []
     for stored in batches:
         records = stored.records
@@ -39,7 +45,7 @@ def encode_stored(batches: list[StoredBatch] | tuple[StoredBatch, ...], log_appe
         if not pa.types.is_binary(records.schema.field("value").type):  # the broker's part, not done
             raise InvalidRequest("a stored batch's values reached the Kafka listener as columns, not bytes")
         first = records.column("offset")[0].as_py()
-        fields = BatchFields(first, stored.leader_epoch, log_append_time)
+        fields = BatchFields(first, stored.leader_epoch, log_append_time, compression=codec)
         out.append(encode_batch(records, fields))
     return out
 
@@ -70,6 +76,34 @@ class _PartitionFetch:
         self.data = Data(**base)
 
 
+def _read_encoded(
+    ctx: RequestContext, item: _PartitionFetch, limit: int, first: bool
+) -> tuple[list[bytes], PartitionRead]:
+    """The partition's batches from the fetch offset as Kafka batches, about ``limit`` bytes of
+    them as they go out (at least one if ``first``). The log is read ``limit`` bytes of Arrow data at
+    a time: compressed batches are smaller than what they hold, so reading goes on (up to
+    ``MAX_READS`` times) until the encoded batches fill the limit."""
+    part = item.request
+    offset = part.fetch_offset
+    kept: list[bytes] = []
+    size = 0
+    read: PartitionRead | None = None
+    for _ in range(MAX_READS):
+        read = ctx.broker.read(item.topic, item.partition, offset, limit, part.current_leader_epoch)
+        batches = list(read.batches)
+        encoded = encode_stored(batches, read.log_append_time, ctx.listener.fetch_compression)
+        for stored, batch in zip(batches, encoded, strict=True):
+            if size + len(batch) > limit and (kept or not first):
+                return kept, read
+            kept.append(batch)
+            size += len(batch)
+            offset = stored.records.column("offset")[-1].as_py() + 1
+        if not batches or offset >= read.high_watermark:
+            break
+    assert read is not None
+    return kept, read
+
+
 def _read_one(ctx: RequestContext, item: _PartitionFetch, budget: int, first: bool) -> None:
     """Read ``item`` (at most ``budget`` bytes, unless it is the response's first data)."""
     part = item.request
@@ -88,18 +122,8 @@ def _read_one(ctx: RequestContext, item: _PartitionFetch, budget: int, first: bo
                 item.done = True
                 return
         limit = max(0, min(part.partition_max_bytes, budget))
-        read: PartitionRead = ctx.broker.read(
-            item.topic, item.partition, part.fetch_offset, limit, part.current_leader_epoch
-        )
-        encoded = encode_stored(list(read.batches), read.log_append_time)
-        kept: list[bytes] = []
-        size = 0
-        for batch in encoded:  # the read's size is Arrow's; the limits count Kafka's bytes
-            if size + len(batch) > limit and (kept or not first):
-                break
-            kept.append(batch)
-            size += len(batch)
-        item.size = size
+        kept, read = _read_encoded(ctx, item, limit, first)
+        item.size = sum(len(batch) for batch in kept)
         item.answer(
             high_watermark=read.high_watermark,
             last_stable_offset=read.high_watermark,
