@@ -25,6 +25,7 @@ SCENARIOS: dict[str, tuple[str, str]] = {
     "spark-write": ("spark_scenarios", "spark_write"),
     "tier": ("tier", "tier"),
     "kafka-clients": ("kafka_clients", "run"),
+    "kafka-spark-read": ("kafka_clients", "spark_read_run"),
 }
 
 

@@ -50,6 +50,7 @@ DEFAULTS: dict[str, dict[str, Any]] = {
     "spark-write": {"records": 2_000_000},
     "idle": {"partitions": 1000, "replication_factor": 3, "brokers": 3, "seconds": 20.0},
     "kafka-clients": {"records": 1_000_000},
+    "kafka-spark-read": {"records": 2_000_000},
 }
 
 
@@ -103,6 +104,7 @@ SIDES: dict[str, tuple[Callable[..., dict[str, Any]], Callable[..., dict[str, An
     "spark-write": (sparklog_spark_write, kafka_peer.kafka_spark_write),
     "idle": (idle.run, idle.kafka_run),
     "kafka-clients": (kafka_clients.run, kafka_clients.kafka_run),
+    "kafka-spark-read": (kafka_clients.spark_read_run, kafka_clients.kafka_spark_read_run),
 }
 SCENARIOS = tuple(SIDES)
 

@@ -7,6 +7,9 @@ as asked), then a confluent-kafka consumer reading them all back (partitions ass
 (:mod:`sparklog.bench.kafka_peer`), so the ratio compares brokers, not clients.
 
 Figures: ``send_records_per_s`` (produce) and ``python_client_records_per_s`` (consume).
+
+``sparklog bench kafka-spark-read``: Spark's own ``format("kafka")`` connector reading a topic that
+confluent-kafka filled (``read_records_per_s``), through sparklog's Kafka listener or from Kafka.
 """
 
 from __future__ import annotations
@@ -15,7 +18,14 @@ import contextlib
 import tempfile
 from typing import Any
 
-from sparklog.bench.kafka_peer import TOPIC, KafkaCluster, confluent_consume, confluent_produce
+from sparklog.bench.kafka_peer import (
+    TOPIC,
+    WARMUP_TOPIC,
+    KafkaCluster,
+    confluent_consume,
+    confluent_produce,
+    spark_subprocess,
+)
 
 PRODUCER_CONFIG = {"compression.type": "lz4", "linger.ms": 5}
 
@@ -81,3 +91,42 @@ def kafka_run(
         kafka.create_topic(TOPIC, partitions, replication_factor, configs)
         figures = _workload(kafka.bootstrap, records, value_bytes, partitions, acks)
     return {**_result(records, value_bytes, partitions, acks, replication_factor), **figures}
+
+
+def _spark_read(bootstrap: str, records: int, value_bytes: int) -> dict[str, Any]:
+    """Fill the warm-up topic and the benchmark topic with confluent-kafka, then time Spark's
+    ``format("kafka")`` reading the benchmark topic (``availableNow`` into ``noop``, in a fresh
+    Spark process: ``kafka_peer``'s Spark read job)."""
+    confluent_produce(bootstrap, WARMUP_TOPIC, 20_000, value_bytes, "1", dict(PRODUCER_CONFIG))
+    confluent_produce(bootstrap, TOPIC, records, value_bytes, "1", dict(PRODUCER_CONFIG))
+    got = spark_subprocess("read", bootstrap=bootstrap, topic=TOPIC, records=records + 1, repeat=1)
+    return {"read_records_per_s": round((records + 1) / got["seconds"]), "seconds": got["seconds"]}
+
+
+def spark_read_run(records: int = 2_000_000, value_bytes: int = 100, partitions: int = 6, **_: Any) -> dict[str, Any]:
+    """Spark's own Kafka connector reading a topic of sparklog's (through its Kafka listener)
+    that Kafka's clients filled."""
+    from sparklog.client.admin import Admin
+    from sparklog.local_cluster import LocalCluster
+
+    with (
+        tempfile.TemporaryDirectory(prefix="sparklog-bench-kafka-spark-") as tmp,
+        LocalCluster(tmp, brokers=1) as cluster,
+    ):
+        with Admin(bootstrap_servers=cluster.bootstrap_servers) as admin:
+            admin.create_topic(TOPIC, partitions, 1)
+            admin.create_topic(WARMUP_TOPIC, partitions, 1)
+        figures = _spark_read(cluster.kafka_bootstrap_servers, records, value_bytes)
+    return {"scenario": "kafka-spark-read", "records": records, "value_bytes": value_bytes, **figures}
+
+
+def kafka_spark_read_run(
+    records: int = 2_000_000, value_bytes: int = 100, partitions: int = 6, **_: Any
+) -> dict[str, Any]:
+    """The same against Apache Kafka."""
+    kafka = KafkaCluster(brokers=1, partitions=partitions).start()
+    with contextlib.closing(kafka):
+        kafka.create_topic(TOPIC, partitions, 1)
+        kafka.create_topic(WARMUP_TOPIC, partitions, 1)
+        figures = _spark_read(kafka.bootstrap, records, value_bytes)
+    return {"scenario": "kafka-spark-read", "records": records, "value_bytes": value_bytes, **figures}

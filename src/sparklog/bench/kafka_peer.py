@@ -894,7 +894,7 @@ def _spark_write_job(bootstrap: str, topic: str, target: str, repeat: int, cores
     return {"seconds": round(min(times), 3), "seconds_all": [round(t, 3) for t in times]}
 
 
-def _spark_subprocess(job: str, **kwargs: Any) -> dict[str, Any]:
+def spark_subprocess(job: str, **kwargs: Any) -> dict[str, Any]:
     """Run ``_spark_<job>_job`` in a fresh Python process; its JSON result."""
     command = [sys.executable, "-m", "sparklog.bench.kafka_peer", "_spark-job", job, json.dumps(kwargs)]
     process = _track(
@@ -940,7 +940,7 @@ def kafka_spark_read(
     counterpart of ``spark_scenarios.spark_read``."""
     kafka, total = _spark_cluster(partitions, records, value_bytes, batch_records, [])
     with contextlib.closing(kafka):
-        got = _spark_subprocess(
+        got = spark_subprocess(
             "read", bootstrap=kafka.bootstrap, topic=TOPIC, records=total, repeat=repeat, cores=cores
         )
     best = got["seconds"]
@@ -972,7 +972,7 @@ def kafka_spark_write(
     targets = [f"{TOPIC}-out-{i}" for i in range(repeat)]
     kafka, total = _spark_cluster(partitions, records, value_bytes, batch_records, [*targets, f"{WARMUP_TOPIC}-out"])
     with contextlib.closing(kafka):
-        got = _spark_subprocess(
+        got = spark_subprocess(
             "write", bootstrap=kafka.bootstrap, topic=TOPIC, target=f"{TOPIC}-out", repeat=repeat, cores=cores
         )
         for target in targets:
