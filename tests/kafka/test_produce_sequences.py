@@ -86,3 +86,20 @@ def test_a_negative_sequence_is_refused_not_stored_without_its_producer(broker: 
     assert _produce(broker, 0) == (0, 0)  # the first batch again: still recognised
     assert _produce(broker, 3) == (0, 3)
     assert _produce(broker, -1, producer_id=-1) == (0, 6)  # no producer: no sequence either
+
+
+def test_sequences_go_on_from_int32_max_to_zero_as_kafka_clients_number_them(broker: LogBroker) -> None:
+    """Kafka's clients number a producer's records with int32 sequences that go from 2147483647
+    back to 0. The batch after the wrap used to be refused as DUPLICATE_SEQUENCE_NUMBER, forever,
+    and Kafka's clients take that error for a batch already stored: after 2^31 records on one
+    partition, an idempotent producer's records were dropped without a word."""
+    top = (1 << 31) - 1
+    assert _produce(broker, top - 4) == (0, 0)  # top-4 .. top-2
+    assert _produce(broker, top - 1) == (0, 3)  # top-1, top, then 0: across the wrap
+    assert _produce(broker, top - 1) == (0, 3)  # sent again: recognised
+    assert _produce(broker, 4)[0] == 45  # past the next: a gap (OUT_OF_ORDER_SEQUENCE_NUMBER)
+    assert _produce(broker, 1) == (0, 6)  # the next, numbered from 1
+    assert _produce(broker, 1) == (0, 6)
+    assert _produce(broker, 4) == (0, 9)
+    assert _produce(broker, 9)[0] == 45  # a gap is still a gap
+    assert broker.log.log_end_offset == 12
