@@ -312,6 +312,9 @@ class KafkaApplier:
             if stream is not None:
                 pid, epoch = self.producers[int(spec["producer"])]
                 sequence = next_sequence(stream.next_sequence, 3) if mode == "gap" else stream.next_sequence
+                if mode == "wrap" and not stream.known and not stream.uncertain and isinstance(records_spec, dict):
+                    # a stream of this producer starting where the next batches cross 2147483647
+                    sequence = stream.next_sequence = (1 << 31) - 1 - int(records_spec["count"]) // 2
                 producer = Producer(pid, epoch, sequence)
             if records_spec is None:
                 data = None
@@ -325,7 +328,8 @@ class KafkaApplier:
             if mode == "gap" and stream is not None and stream.known and not stream.uncertain:
                 reasons.append("a sequence 3 past the producer's next")
                 allowed |= {ops.OUT_OF_ORDER_SEQUENCE}
-            elif stream is not None and (stream.uncertain or mode == "gap"):
+            elif stream is not None and (stream.uncertain or mode == "gap" or (mode == "wrap" and not stream.known)):
+                # a producer the broker does not know yet may start anywhere (Kafka: at 0 only)
                 allowed |= {ops.OUT_OF_ORDER_SEQUENCE, ops.DUPLICATE_SEQUENCE}
                 verdict = dataclasses.replace(verdict, valid=None if verdict.valid else verdict.valid)
         allowed |= verdict.errors

@@ -5,7 +5,8 @@ draw them: plain data, applied by :mod:`sparklog.fuzz.kafka_ops`.
   1-3 partitions, each carrying a record batch (:mod:`sparklog.fuzz.kafka_batches`: sparklog's
   encoder or kafka-python's ``DefaultRecordBatchBuilder``, any codec), acks 0, 1 or -1, for an
   idempotent producer (ids from InitProducerId; the next batch, the last one again, one skipping
-  sequences, an epoch bumped) or none; about half of the batches mutated (flipped, cut or extended
+  sequences, an epoch bumped, a new stream starting just below 2147483647 so that its sequences
+  wrap to 0) or none; about half of the batches mutated (flipped, cut or extended
   bytes, CRC computed again or not, header fields that lie, attribute bits, compression bombs),
   a few requests with odd acks, timeouts, transactional ids, topics, partitions or records.
 - ``kafka-frame``: whole-request mutations: random bytes after a valid header, frames cut or
@@ -202,7 +203,7 @@ def produce_part(draw: st.DrawFn, topology: KafkaTopology, mutated: bool, odd: b
         "topic": topic,
         "partition": partition,
         "records": spec,
-        "idempotence": weighted(draw, [(6, "none"), (5, "next"), (2, "dup"), (1, "gap"), (1, "bump")]),
+        "idempotence": weighted(draw, [(6, "none"), (5, "next"), (2, "dup"), (1, "gap"), (1, "bump"), (1, "wrap")]),
         "producer": draw(st.integers(0, 2)),
         "mutation": draw(mutation(small)) if mutated else None,
     }
