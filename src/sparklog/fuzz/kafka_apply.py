@@ -243,6 +243,8 @@ class KafkaApplier:
         bombs = []
         for spec in p["parts"]:
             part = self._part(spec, now, broker_id, acks, p.get("transactional_id"))
+            if part.ours and part.must == "accept" and self._broker_for(part.topic, part.partition) != broker_id:
+                part.must = "either"  # another broker leads it: NOT_LEADER_OR_FOLLOWER (silent with acks=0)
             parts.append(part)
             if spec.get("mutation") and spec["mutation"].get("op") == "bomb" and part.ours:
                 bombs.append(part)

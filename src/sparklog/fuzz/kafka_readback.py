@@ -7,28 +7,50 @@ deltas), not by the broker's codec. What it returns is compared with the ledger 
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import pyarrow as pa
 
 from sparklog.fuzz.cluster import FuzzCluster
 from sparklog.fuzz.kafka_batches import parse_fetched
-from sparklog.fuzz.kafka_ops import HOST, fetch_request, list_offsets_request
+from sparklog.fuzz.kafka_ops import (
+    FENCED_LEADER_EPOCH,
+    HOST,
+    LEADER_NOT_AVAILABLE,
+    NOT_LEADER_OR_FOLLOWER,
+    UNKNOWN_LEADER_EPOCH,
+    fetch_request,
+    list_offsets_request,
+)
 from sparklog.fuzz.kafka_wire import KafkaWire
 from sparklog.fuzz.ledger import Fingerprints, fingerprint
 from sparklog.fuzz.readback import PartitionData
 
 FETCH_BYTES = 16 << 20
 EARLIEST, LATEST = -2, -1
+ATTEMPTS = 4
+MOVED = {LEADER_NOT_AVAILABLE, NOT_LEADER_OR_FOLLOWER, FENCED_LEADER_EPOCH, UNKNOWN_LEADER_EPOCH}
 
 
 def read_partition_kafka(cluster: FuzzCluster, topic: str, partition: int, start: int | None = None) -> PartitionData:
     """Every record of the partition from ``start`` (default: its log start) to its high
-    watermark, fetched from its leader's Kafka listener."""
-    leader = cluster.leader(topic, partition)
-    if leader is None:
-        leader = cluster.leader(topic, partition, refresh=True)
-    if leader is None:
-        return _failed(f"no broker leads {topic}-{partition}")
+    watermark, fetched from its leader's Kafka listener (looked up again, a few times, while
+    leadership moves after a restart)."""
+    data = _failed(f"no broker leads {topic}-{partition}")
+    for attempt in range(ATTEMPTS):
+        if attempt:
+            time.sleep(0.5)
+        leader = cluster.leader(topic, partition, refresh=attempt > 0)
+        if leader is None:
+            continue
+        data = _read_from(cluster, leader, topic, partition, start)
+        if not data.moved:
+            return data
+    return data
+
+
+def _read_from(cluster: FuzzCluster, leader: int, topic: str, partition: int, start: int | None) -> PartitionData:
     try:
         wire = KafkaWire(HOST, cluster.kafka_port(leader), timeout=60.0)
     except OSError as exc:
@@ -41,7 +63,11 @@ def read_partition_kafka(cluster: FuzzCluster, topic: str, partition: int, start
                 return _failed(f"{topic}-{partition}: ListOffsets({timestamp}) on the Kafka listener: {answer.problem}")
             found = answer.response.topics[0].partitions[0]
             if found.error_code:
-                return _failed(f"{topic}-{partition}: ListOffsets({timestamp}) answered error {found.error_code}")
+                return _failed(
+                    f"{topic}-{partition}: ListOffsets({timestamp}) on broker {leader} "
+                    f"answered error {found.error_code}",
+                    moved=found.error_code in MOVED,
+                )
             bounds.append(found.offset)
         position, end = max(bounds[0], start or 0), bounds[1]
         offsets: list[np.ndarray] = []
@@ -57,7 +83,7 @@ def read_partition_kafka(cluster: FuzzCluster, topic: str, partition: int, start
                 return _failed(f"{where}: {answer.problem}", position)
             data = answer.response.responses[0].partitions[0]
             if data.error_code:
-                return _failed(f"{where} answered error {data.error_code}", position)
+                return _failed(f"{where} answered error {data.error_code}", position, moved=data.error_code in MOVED)
             batches, problem = parse_fetched(bytes(data.records or b""))
             if problem:
                 return _failed(f"{where} got a malformed record batch: {problem}", position)
@@ -85,5 +111,7 @@ def _slice(batch: pa.RecordBatch, lo: int, hi: int) -> pa.RecordBatch:
     return batch.slice(lo, hi - lo)
 
 
-def _failed(problem: str, offset: int = -1) -> PartitionData:
-    return PartitionData(np.zeros(0, np.int64), Fingerprints.empty(), problem=problem, problem_offset=offset)
+def _failed(problem: str, offset: int = -1, moved: bool = False) -> PartitionData:
+    return PartitionData(
+        np.zeros(0, np.int64), Fingerprints.empty(), problem=problem, problem_offset=offset, moved=moved
+    )

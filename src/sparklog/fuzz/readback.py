@@ -36,6 +36,7 @@ class PartitionData:
     log_end: int = 0
     problem: str | None = None
     problem_offset: int = -1  # where the failed read started
+    moved: bool = False  # it failed because the partition's leadership moved (a reader may look again)
 
 
 def read_partition(cluster: FuzzCluster, topic: str, partition: int, start: int | None = None) -> PartitionData:
