@@ -1,5 +1,5 @@
-"""``sparklog fuzz [--minutes N] [--cases N] [--seed S] [--brokers B] [--low-privilege]``: fuzz a
-live local cluster.
+"""``sparklog fuzz [--minutes N] [--cases N] [--seed S] [--brokers B] [--low-privilege | --kafka]``:
+fuzz a live local cluster.
 
 Starts a :class:`~sparklog.local_cluster.LocalCluster` (its own ZooKeeper, in a temporary directory
 unless ``--work-dir``), sends it hypothesis-drawn cases (:mod:`sparklog.fuzz`) and checks after
@@ -14,6 +14,16 @@ aimed at what ACLs guard (replica fetches under any replica id, ``copy_records``
 of topics, ``offsets_for_leader_epoch``, ``list_offsets``, fetches, ``metadata``). A secret record
 reaching that user (or ``fz-own``), or an answer its ACLs do not allow, is an invariant failure
 (:mod:`sparklog.fuzz.privileges`).
+
+``--kafka``: the cases go to the brokers' Kafka-protocol listeners instead
+(:mod:`sparklog.fuzz.kafka_cases`): Produce requests built with kafka-python's classes carrying
+record batches well-formed or mutated (flipped, cut, lying fields, compression bombs), idempotent
+producers' retried batches, whole-request mutations (garbage, cut or oversized frames, unknown APIs
+and versions), hostile Fetch, ListOffsets, Metadata, OffsetForLeaderEpoch and InitProducerId
+requests, and connections left half-sent. After each case every listener must answer ApiVersions
+and Metadata on a fresh connection; everything acknowledged must read back identical through a
+Kafka Fetch (and through sparklog's own fetches at the full checks); a refused request must have
+stored nothing. A case log of a Kafka run is replayed as one (``--replay``).
 """
 
 from __future__ import annotations
@@ -64,6 +74,16 @@ def add_fuzz(sub: argparse._SubParsersAction) -> None:
         "fz-own), or an answer its ACLs do not allow, is an invariant failure (--replay a case log of such a "
         "run with it too)",
     )
+    p.add_argument(
+        "--kafka",
+        action="store_true",
+        help="send the cases to the brokers' Kafka-protocol listeners: Produce requests with well-formed or "
+        "mutated record batches (flipped, cut, lying fields, compression bombs, every codec), idempotent "
+        "producers' retries, whole-request mutations (garbage, cut or oversized frames, unknown APIs and "
+        "versions), hostile Fetch/ListOffsets/Metadata/OffsetForLeaderEpoch/InitProducerId requests and "
+        "half-sent requests; each listener must keep answering, everything acknowledged must read back "
+        "identical through a Kafka Fetch and sparklog's reader, and a refused request must store nothing",
+    )
     p.add_argument("--replay", default=None, metavar="CASES.jsonl", help="apply the cases of a case log again")
     p.add_argument("--upto", type=int, default=None, metavar="I", help="with --replay: stop after case I")
     p.add_argument("--work-dir", default=None, metavar="DIR", help="keep the cluster and the case log here")
@@ -74,6 +94,7 @@ def add_fuzz(sub: argparse._SubParsersAction) -> None:
 
 def run_fuzz_command(args: argparse.Namespace) -> int:
     try:
+        from sparklog.fuzz.kafka_cases import is_kafka_case
         from sparklog.fuzz.runner import FuzzConfig, print_progress, read_case_log, run_fuzz
     except ImportError as exc:
         raise CliError(f"sparklog fuzz needs hypothesis ({exc}): pip install 'sparklog[test]'") from None
@@ -83,12 +104,15 @@ def run_fuzz_command(args: argparse.Namespace) -> int:
             raise CliError(f"--{name.replace('_', '-')} must be positive")
     if args.restart_every < 0:
         raise CliError("--restart-every must be 0 (at the end only) or positive")
+    if args.kafka and args.low_privilege:
+        raise CliError("--kafka and --low-privilege do not go together (a secured cluster opens no Kafka listener)")
     replay = None
     if args.replay:
         try:
             replay = read_case_log(Path(args.replay), args.upto)
         except (OSError, ValueError, KeyError) as exc:
             raise CliError(f"--replay {args.replay}: not a case log ({exc})") from None
+    kafka = args.kafka or any(is_kafka_case(case) for case in replay or [])
     cases = args.cases or (UNLIMITED_CASES if args.minutes else DEFAULT_CASES)
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(2**32)
     keep = args.work_dir is not None
@@ -101,6 +125,8 @@ def run_fuzz_command(args: argparse.Namespace) -> int:
         what = f"seed {seed}; {cases if args.cases or not args.minutes else 'unlimited'} cases"
     if args.low_privilege:
         what += "; as a low-privilege user on a secured cluster"
+    if kafka:
+        what += "; on the Kafka listeners"
     limit = f", at most {args.minutes:g} min" if args.minutes else ""
     print_progress(f"{what}{limit}; case log {log_path}")
     config = FuzzConfig(
@@ -116,6 +142,7 @@ def run_fuzz_command(args: argparse.Namespace) -> int:
         progress=print_progress,
         replay=replay,
         low_privilege=args.low_privilege,
+        kafka=kafka,
     )
     report = run_fuzz(config)
     failed = not report.ok or (args.strict and report.findings)

@@ -19,6 +19,12 @@
 - :mod:`.privileges`: the low-privilege mode's user, its ACLs, the admin's marked records and the
   checks of what the user gets back.
 - :mod:`.runner`: the loop (cases, checks every few cases, restarts at the end).
+- The Kafka mode's (``FuzzConfig(kafka=True)``, ``sparklog fuzz --kafka``): :mod:`.kafka_cases`
+  (its cases and strategies), :mod:`.kafka_batches` (Kafka record batches built, mutated and
+  judged by a reference reader), :mod:`.kafka_wire` (a raw Kafka connection), :mod:`.kafka_ops`
+  (requests, the error codes each API may answer, the listener's health, what is read of a broker
+  process), :mod:`.kafka_apply` (one case against the listeners) and :mod:`.kafka_readback`
+  (partitions read back through a Kafka Fetch).
 
 Invariants: every broker answers a ping; everything acknowledged is read back identical; a restart
 (SIGTERM, then ``kill -9``) recovers and everything acknowledged is still there. Cases that do not
@@ -38,6 +44,20 @@ more invariants then hold after each case: no byte returned to the user carries 
 does any record of a topic it may Read (read back as admin: ``leak``); no request its ACLs do not
 allow is answered (``unauthorized``). The others still hold for what the user got acknowledged
 (and for the admin's records).
+
+The Kafka mode (``FuzzConfig(kafka=True)``, ``sparklog fuzz --kafka``) sends its cases to the
+brokers' Kafka-protocol listeners instead (the cluster gains ``fz-small``, ``max.message.bytes``
+64 KiB, and ``fz-logtime``, ``LogAppendTime``): Produce requests built with kafka-python's classes
+carrying record batches well-formed or mutated, idempotent producers' retried batches,
+whole-request mutations, hostile queries and half-sent requests. Its invariants: after each case
+every listener answers ApiVersions and Metadata on a fresh connection; a refused request (or one
+whose connection closed) stored nothing of its partitions, and a retried idempotent batch was
+stored once (``stored-refused``, ``duplicated``); everything acknowledged reads back identical
+through a Kafka Fetch from the listener (and through sparklog's own fetches at the full checks).
+Its findings add error codes that are not Kafka's or not the API's (UNKNOWN_SERVER_ERROR
+included), a connection closed on a well-formed request, answers that contradict what the fuzzer
+knows, connections the broker keeps after their clients closed them, and memory spikes on
+compression bombs.
 
 Entry points: :func:`sparklog.fuzz.runner.run_fuzz` (``sparklog fuzz``, ``tests/fuzz/``).
 """

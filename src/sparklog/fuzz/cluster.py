@@ -5,7 +5,9 @@ Topics: ``fz-plain`` (2 partitions, defaults), ``fz-compact`` (``cleanup.policy=
 of 1 MiB rolled every 10 s so the log cleaner rewrites them: it reads every stored batch, finding 1
 of issue 15) and ``fz-zstd`` (stored with ``compression=zstd``). With several brokers, every topic
 has ``min(brokers, 3)`` replicas: followers copy what leaders stored, and a restart moves
-leadership to them, so what they stored is read back too.
+leadership to them, so what they stored is read back too. The Kafka mode (``kafka``) adds
+``fz-small`` (``max.message.bytes`` 64 KiB) and ``fz-logtime`` (``LogAppendTime``); every broker
+then serves Kafka clients too (:meth:`FuzzCluster.kafka_port`).
 
 ``low_privilege``: a secured cluster (``LocalCluster(secure=True)``) with the topics ``fz-own``,
 ``fz-drop`` (its batches stored zstd-compressed) and ``fz-secret``, the user of
@@ -22,6 +24,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from sparklog.config import TopicConfig
 from sparklog.fuzz import flight_ops, privileges
 from sparklog.fuzz.crash_log import fatal_error
 from sparklog.fuzz.ledger import Entry
@@ -29,6 +32,7 @@ from sparklog.local_cluster import LocalCluster
 from sparklog.security.client_config import ClientSecurity
 
 READY_TIMEOUT_S = 60.0
+DEFAULT_MAX_MESSAGE_BYTES = TopicConfig().max_message_bytes
 
 
 @dataclasses.dataclass(frozen=True)
@@ -41,11 +45,26 @@ class TopicSpec:
     def compacted(self) -> bool:
         return "compact" in self.configs.get("cleanup.policy", "")
 
+    @property
+    def max_message_bytes(self) -> int:
+        return int(self.configs.get("max.message.bytes", DEFAULT_MAX_MESSAGE_BYTES))
+
+    @property
+    def log_append_time(self) -> bool:
+        return self.configs.get("message.timestamp.type") == "LogAppendTime"
+
 
 TOPICS = (
     TopicSpec("fz-plain", 2, {}),
     TopicSpec("fz-compact", 1, {"cleanup.policy": "compact", "segment.bytes": str(1 << 20), "segment.ms": "10000"}),
     TopicSpec("fz-zstd", 1, {"compression": "zstd"}),
+)
+# the Kafka mode's (``kafka``): the same, a topic whose batches may be at most 64 KiB (compression
+# bombs and size limits are cheap to reach) and one stamping records with the broker's time
+KAFKA_TOPICS = (
+    *TOPICS,
+    TopicSpec("fz-small", 2, {"max.message.bytes": str(64 << 10)}),
+    TopicSpec("fz-logtime", 1, {"message.timestamp.type": "LogAppendTime"}),
 )
 LOW_PRIVILEGE_TOPICS = (
     TopicSpec(privileges.OWN, 2, {}),
@@ -82,14 +101,20 @@ class FuzzCluster:
     that cannot be recovered)."""
 
     def __init__(
-        self, base_dir: Path, brokers: int = 1, zookeeper: str | None = None, low_privilege: bool = False
+        self,
+        base_dir: Path,
+        brokers: int = 1,
+        zookeeper: str | None = None,
+        low_privilege: bool = False,
+        kafka: bool = False,
     ) -> None:
         self.base_dir = Path(base_dir)
         self.broker_count = brokers
         self.zookeeper_root = zookeeper
         self.replication = min(brokers, 3)
         self.low_privilege = low_privilege
-        self.topics = {t.name: t for t in (LOW_PRIVILEGE_TOPICS if low_privilege else TOPICS)}
+        specs = LOW_PRIVILEGE_TOPICS if low_privilege else KAFKA_TOPICS if kafka else TOPICS
+        self.topics = {t.name: t for t in specs}
         self.generation = 0
         self.cluster: LocalCluster | None = None
         self._leaders: dict[tuple[str, int], int] = {}
@@ -149,6 +174,13 @@ class FuzzCluster:
     def port(self, broker_id: int) -> int:
         assert self.cluster is not None
         return self.cluster.brokers[broker_id].port
+
+    def kafka_port(self, broker_id: int) -> int:
+        """The broker's Kafka-protocol listener (every broker of a plain cluster has one)."""
+        assert self.cluster is not None
+        port = self.cluster.brokers[broker_id].kafka_port
+        assert port is not None, "a secured cluster opens no Kafka listener"
+        return port
 
     def location(self, broker_id: int) -> str:
         return self.admin.location(flight_ops.HOST, self.port(broker_id))

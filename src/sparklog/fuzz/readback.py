@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from collections.abc import Callable
 
 import numpy as np
 
@@ -35,6 +36,7 @@ class PartitionData:
     log_end: int = 0
     problem: str | None = None
     problem_offset: int = -1  # where the failed read started
+    moved: bool = False  # it failed because the partition's leadership moved (a reader may look again)
 
 
 def read_partition(cluster: FuzzCluster, topic: str, partition: int, start: int | None = None) -> PartitionData:
@@ -96,8 +98,14 @@ def _suspects(entries: list[Entry], offset: int) -> str:
     return "; accepted invalid batches there: " + ", ".join(e.describe() for e in found)
 
 
-def verify(cluster: FuzzCluster, ledger: Ledger, full: bool) -> list[Anomaly]:
-    """Compare the ledger with the brokers: every entry (``full``) or those never read back yet."""
+Reader = Callable[[FuzzCluster, str, int, int | None], PartitionData]
+
+
+def verify(cluster: FuzzCluster, ledger: Ledger, full: bool, read: Reader | None = None) -> list[Anomaly]:
+    """Compare the ledger with the brokers: every entry (``full``) or those never read back yet;
+    ``read`` reads a partition (default :func:`read_partition`, sparklog's own fetches; the Kafka
+    mode also reads through the Kafka listener, :mod:`sparklog.fuzz.kafka_readback`)."""
+    read = read or read_partition
     anomalies: list[Anomaly] = []
     for (topic, partition), entries in ledger.entries.items():
         todo = entries if full else [e for e in entries if e.observed is None]
@@ -106,7 +114,7 @@ def verify(cluster: FuzzCluster, ledger: Ledger, full: bool) -> list[Anomaly]:
         compacted = cluster.topics[topic].compacted if topic in cluster.topics else False
         # a compacted partition is read whole: a missing record needs a later one of its key
         start = None if full or compacted else min(e.base for e in todo)
-        data = read_partition(cluster, topic, partition, start)
+        data = read(cluster, topic, partition, start)
         if data.problem:
             anomalies.append(Anomaly(UNREADABLE, data.problem + _suspects(entries, data.problem_offset)))
             continue

@@ -1,12 +1,15 @@
 """What a run found: anomalies (each with its case), grouped into failures and findings.
 
 *Failures* break an invariant (the broker died or stopped answering, acknowledged data is gone,
-different or unreadable, a restart did not recover; in the low-privilege mode, a secret record
-reached the user or a request its ACLs do not allow was answered); the run exits non-zero on any. *Findings* are
+different or unreadable, a restart did not recover, a refused request stored records; in the
+low-privilege mode, a secret record reached the user or a request its ACLs do not allow was
+answered); the run exits non-zero on any. *Findings* are
 wrong answers that keep the invariants: an invalid batch acknowledged, an error without a typed
 code (or UNKNOWN_SERVER_ERROR, the broker's answer to an exception it did not expect), a request
 refused with another error than the one it must get, a call without an answer in time, a leaked
-traceback.
+traceback; in the Kafka mode also a response contradicting what the fuzzer knows, a connection its
+client closed that the broker keeps, and a small request that costs the broker far more memory
+than the topic lets it take.
 """
 
 from __future__ import annotations
@@ -25,10 +28,24 @@ MISMATCH = "mismatch"  # an acknowledged record is read back different
 UNREADABLE = "unreadable"  # reading acknowledged data failed (error, or a batch failing Arrow validation)
 OFFSET_REUSE = "offset-reuse"  # two acknowledgements for the same offsets with different records
 RESTART_FAILED = "restart-failed"  # a restarted broker did not come back serving its partitions
+STORED_REFUSED = "stored-refused"  # a refused request (or a closed connection) stored records anyway
+DUPLICATED = "duplicated"  # an idempotent producer's batch sent again was stored again
 # the low-privilege mode's (sparklog.fuzz.privileges)
 LEAK = "leak"  # a record of a topic the user may not Read reached it (or a topic it may Read)
 UNAUTHORIZED = "unauthorized"  # a request its ACLs do not allow was answered
-FAILURES = (CRASH, UNRESPONSIVE, LOST, MISMATCH, UNREADABLE, OFFSET_REUSE, RESTART_FAILED, LEAK, UNAUTHORIZED)
+FAILURES = (
+    CRASH,
+    UNRESPONSIVE,
+    LOST,
+    MISMATCH,
+    UNREADABLE,
+    OFFSET_REUSE,
+    RESTART_FAILED,
+    STORED_REFUSED,
+    DUPLICATED,
+    LEAK,
+    UNAUTHORIZED,
+)
 
 # findings
 ACCEPTED_INVALID = "accepted-invalid"  # an ack for a batch that must be refused
@@ -40,6 +57,10 @@ BAD_ACK = "bad-ack"  # put metadata that is not {"base_offset", "last_offset", "
 REFUSED_VALID = "refused-valid"  # a well-formed request refused with a non-retriable error
 UNEXPECTED_ERROR = "unexpected-error"  # UNKNOWN_SERVER_ERROR: the broker's code raised what it did not expect
 WRONG_ERROR = "wrong-error"  # refused, but not with the error it must get (Flight batches: INVALID_REQUEST)
+# the Kafka mode's
+WRONG_ANSWER = "wrong-answer"  # a response contradicting what the fuzzer knows (offsets, order, fields)
+LINGERING = "lingering-connection"  # a connection its client closed still held by the broker
+MEMORY_SPIKE = "memory-spike"  # a small request made the broker's memory grow far past what it may take
 FINDINGS = (
     ACCEPTED_INVALID,
     SERVED_INVALID,
@@ -50,6 +71,9 @@ FINDINGS = (
     REFUSED_VALID,
     UNEXPECTED_ERROR,
     WRONG_ERROR,
+    WRONG_ANSWER,
+    LINGERING,
+    MEMORY_SPIKE,
 )
 
 
@@ -80,7 +104,7 @@ class Report:
     """A whole run: counts, seed(s), every anomaly, and the brokers' peak threads and fds."""
 
     seed: int
-    mode: str = "anonymous"  # or "low-privilege" (sparklog.fuzz.privileges)
+    mode: str = "anonymous"  # or "low-privilege" (sparklog.fuzz.privileges), "kafka" (sparklog.fuzz.kafka_ops)
     cases: int = 0
     by_kind: Counter[str] = dataclasses.field(default_factory=Counter)
     outcomes: Counter[str] = dataclasses.field(default_factory=Counter)
@@ -108,6 +132,10 @@ class Report:
         return [a for a in self.anomalies if a.kind == CRASH]
 
     @property
+    def cases_per_s(self) -> float:
+        return self.cases / self.seconds if self.seconds > 0 else 0.0
+
+    @property
     def ok(self) -> bool:
         return not self.failures
 
@@ -123,8 +151,8 @@ class Report:
 
     def summary(self, limit: int = 40) -> str:
         lines = [
-            f"fuzz ({self.mode}): seed {self.seed}: {self.cases} cases in {self.seconds:.0f} s "
-            f"({', '.join(f'{k} {n}' for k, n in sorted(self.by_kind.items()))})",
+            f"fuzz ({self.mode}): seed {self.seed}: {self.cases} cases in {self.seconds:.0f} s, "
+            f"{self.cases_per_s:.1f} cases/s ({', '.join(f'{k} {n}' for k, n in sorted(self.by_kind.items()))})",
             f"  acknowledged: {self.acked_batches} batches, {self.acked_records} records; checks {self.checks}, "
             f"restarts {self.restarts}, cluster resets {self.resets}; broker peak threads {self.peak_threads}, "
             f"fds {self.peak_fds}",
@@ -164,6 +192,7 @@ class Report:
             "peak_threads": self.peak_threads,
             "peak_fds": self.peak_fds,
             "seconds": round(self.seconds, 1),
+            "cases_per_s": round(self.cases_per_s, 2),
             "stopped_early": self.stopped_early,
             "anomalies": [a.to_json() for a in self.anomalies],
         }

@@ -18,6 +18,12 @@ settles) is a ``restart-failed``; the run then continues on a fresh cluster (at 
 Each case's answers are checked as they come (``leak``, ``unauthorized``); after each action or
 abandoned call, and at every check, the topics the user may Read are scanned for secret records.
 The admin's records are in the ledger too, so they must read back and survive the restarts.
+
+``kafka``: the cases go to the Kafka listeners (:mod:`sparklog.fuzz.kafka_apply`, drawn by
+:func:`~sparklog.fuzz.kafka_cases.kafka_case`). After each case every listener must also answer
+ApiVersions and Metadata on a fresh connection; the checks read back through a Kafka Fetch (at the
+full ones through sparklog's fetches too) and look for connections a broker keeps after their
+clients closed them.
 """
 
 from __future__ import annotations
@@ -39,6 +45,9 @@ from hypothesis import strategies as st
 from sparklog.fuzz.apply import Applier
 from sparklog.fuzz.cases import ABANDON, ACTION, Case
 from sparklog.fuzz.cluster import FuzzCluster
+from sparklog.fuzz.kafka_apply import KafkaApplier
+from sparklog.fuzz.kafka_cases import KafkaTopology, kafka_case
+from sparklog.fuzz.kafka_readback import read_partition_kafka
 from sparklog.fuzz.ledger import Ledger
 from sparklog.fuzz.privileges import ReadableScan
 from sparklog.fuzz.readback import verify
@@ -69,6 +78,7 @@ class FuzzConfig:
     progress_every_s: float = 15.0
     replay: list[Case] | None = None  # apply these cases (from a case log) instead of drawing new ones
     low_privilege: bool = False  # a secured cluster, the cases sent as a user with few ACLs (sparklog.fuzz.privileges)
+    kafka: bool = False  # the cases sent to the brokers' Kafka listeners (sparklog.fuzz.kafka_cases)
 
 
 class _Stop(BaseException):  # not an error: ends hypothesis' loop without shrinking
@@ -78,10 +88,11 @@ class _Stop(BaseException):  # not an error: ends hypothesis' loop without shrin
 class Runner:
     def __init__(self, config: FuzzConfig) -> None:
         self.config = config
-        self.report = Report(seed=config.seed, mode="low-privilege" if config.low_privilege else "anonymous")
+        mode = "kafka" if config.kafka else "low-privilege" if config.low_privilege else "anonymous"
+        self.report = Report(seed=config.seed, mode=mode)
         self.ledger = Ledger()
         self.cluster: FuzzCluster | None = None
-        self.applier: Applier | None = None
+        self.applier: Applier | KafkaApplier | None = None
         self.scan: ReadableScan | None = None  # the low-privilege mode's scan of the topics the user may Read
         self.recent: collections.deque[str] = collections.deque(maxlen=RECENT_CASES)
         self.deadline = None if config.minutes is None else time.monotonic() + config.minutes * 60
@@ -96,11 +107,16 @@ class Runner:
         work = self.config.work_dir or Path(tempfile.mkdtemp(prefix="sparklog-fuzz-"))
         if self.config.log_path is not None:
             self._log = open(self.config.log_path, "a")  # noqa: SIM115 - closed in finally
-        self.cluster = FuzzCluster(work, self.config.brokers, self.config.zookeeper, self.config.low_privilege)
+        self.cluster = FuzzCluster(
+            work, self.config.brokers, self.config.zookeeper, self.config.low_privilege, self.config.kafka
+        )
         try:
             self.cluster.start()
             self._record_filled()
-            self.applier = Applier(self.cluster, self.ledger)
+            if self.config.kafka:
+                self.applier = KafkaApplier(self.cluster, self.ledger)
+            else:
+                self.applier = Applier(self.cluster, self.ledger)
             if self.cluster.secrets is not None:
                 self.scan = ReadableScan(self.cluster.secrets)
             self._say(f"cluster up in {work} ({self.config.brokers} broker(s)); seed {self.config.seed}")
@@ -138,7 +154,19 @@ class Runner:
             cluster.broker_ids,
             {t.name for t in cluster.topics.values() if t.compacted},
         )
-        strategy = low_privilege_case(topology) if self.config.low_privilege else any_case(topology)
+        if self.config.kafka:
+            strategy = kafka_case(
+                KafkaTopology(
+                    topology.topics,
+                    frozenset(topology.compacted),
+                    frozenset(t.name for t in cluster.topics.values() if t.max_message_bytes < (1 << 20)),
+                    tuple(cluster.broker_ids),
+                )
+            )
+        elif self.config.low_privilege:
+            strategy = low_privilege_case(topology)
+        else:
+            strategy = any_case(topology)
         counter = {"n": 0}
         if self.config.low_privilege:  # the authorization matrix first, then drawn cases
             for case in low_privilege_sweep(topology)[: self.config.cases]:
@@ -225,13 +253,21 @@ class Runner:
                     if cluster.ping(broker_id, timeout=10.0) != broker_id:
                         silent.append(broker_id)
             dead = [b for b in cluster.broker_ids if not cluster.alive(b)]
+        if not dead and not silent and isinstance(self.applier, KafkaApplier):
+            silent, findings = self.applier.health()
+            for anomaly in findings:
+                if case is not None:
+                    anomaly.case = case.to_json()
+                self.report.add(anomaly)
+            dead = [b for b in cluster.broker_ids if not cluster.alive(b)]
         if not dead and not silent:
             return True
         for broker_id in dead:
             self._anomaly(CRASH, f"broker {broker_id} exited{self._death(broker_id)}", broker_id)
         for broker_id in silent:
             if broker_id not in dead:
-                self._anomaly(UNRESPONSIVE, f"broker {broker_id} is running but did not answer a ping", broker_id)
+                what = "its Kafka listener did not answer" if self.config.kafka else "it did not answer a ping"
+                self._anomaly(UNRESPONSIVE, f"broker {broker_id} is running but {what}", broker_id)
         self._recover(dead + [b for b in silent if b not in dead], "a crash" if dead else "an unanswered ping")
         return False
 
@@ -256,6 +292,7 @@ class Runner:
 
     def _recover(self, brokers: list[int], why: str) -> None:
         cluster = self.cluster_or_fail()
+        self._disconnect()
         for broker_id in brokers:
             cluster.kill(broker_id)  # a frozen one too
         problem = cluster.start_dead()
@@ -313,7 +350,14 @@ class Runner:
         cluster = self.cluster_or_fail()
         self.report.checks += 1
         self._sample_stats()
-        anomalies = verify(cluster, self.ledger, full) + self._scan_readable()
+        if isinstance(self.applier, KafkaApplier):
+            # through the Kafka listener; at full checks through sparklog's own fetches too
+            anomalies = verify(cluster, self.ledger, full, read_partition_kafka)
+            if full:
+                anomalies += verify(cluster, self.ledger, full)
+            anomalies += self.applier.lingering_connections()
+        else:
+            anomalies = verify(cluster, self.ledger, full) + self._scan_readable()
         for anomaly in anomalies:
             key = (anomaly.kind, shape(anomaly.detail))
             if key in self._reported:
@@ -326,6 +370,11 @@ class Runner:
         if not anomalies:
             self.recent.clear()
 
+    def _disconnect(self) -> None:
+        """The Kafka mode's open connections closed (brokers are about to go away)."""
+        if isinstance(self.applier, KafkaApplier):
+            self.applier.disconnect()
+
     def _restarts(self, when: str) -> None:
         """SIGTERM and start every broker in turn, then kill -9 and start the first; full check after each."""
         cluster = self.cluster_or_fail()
@@ -335,6 +384,7 @@ class Runner:
                 if lagging:
                     self._say(f"before restarting broker {broker_id}: {lagging}")
                 self.report.restarts += 1
+                self._disconnect()
                 problem = cluster.restart(broker_id, how)
                 if problem is None:
                     time.sleep(SETTLE_S)

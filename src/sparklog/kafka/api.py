@@ -47,10 +47,16 @@ class ListenerState:
     fetch_compression: int = 3  # the codec fetched batches go out with (Kafka's numbers: 3 lz4, 0 none)
 
 
+def _connected() -> bool:
+    return False
+
+
 @dataclasses.dataclass
 class RequestContext:
     """One request as its handler sees it: the version it came in (the response goes out in the
-    same), who sent it, and the broker and listener-wide state the handler may use."""
+    same), who sent it, and the broker and listener-wide state the handler may use. A handler that
+    waits (a long-poll fetch) gives up once the listener is ``stopping`` or the client is gone
+    (``client_gone``: it closed the connection), so a client that leaves frees its connection."""
 
     api_version: int
     correlation_id: int
@@ -59,6 +65,7 @@ class RequestContext:
     broker: KafkaBroker
     listener: ListenerState
     stopping: Callable[[], bool]
+    client_gone: Callable[[], bool] = _connected
 
     def response(self, spec: ApiSpec, **fields: Any) -> Message:
         """The response to this request, in its version."""

@@ -20,7 +20,7 @@ import socket
 import struct
 import threading
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from kafka.protocol.api_header import RequestHeader
 
@@ -132,7 +132,7 @@ class KafkaListener:
                 payload = self._read_frame(conn, peer)
                 if payload is None:
                     return
-                response = self.dispatch(payload, peer)
+                response = self.dispatch(payload, peer, lambda: _client_gone(conn))
                 if response is not None:
                     conn.sendall(response)
         except _CloseConnection as exc:
@@ -164,7 +164,9 @@ class KafkaListener:
         return body
 
     # ----------------------------------------------------------------- requests
-    def dispatch(self, payload: memoryview, peer: tuple[str, int]) -> bytes | None:
+    def dispatch(
+        self, payload: memoryview, peer: tuple[str, int], client_gone: Callable[[], bool] = lambda: False
+    ) -> bytes | None:
         """The framed response to one request (None: none is due); ``_CloseConnection`` if it cannot
         be answered."""
         api_key, version, correlation_id = _REQUEST_START.unpack_from(payload)
@@ -187,7 +189,9 @@ class KafkaListener:
             raise _CloseConnection(
                 f"a malformed {spec.name} v{version} request ({type(exc).__name__}: {exc})"
             ) from None
-        ctx = RequestContext(version, correlation_id, header.client_id, peer, self.broker, self.state, self.stopping)
+        ctx = RequestContext(
+            version, correlation_id, header.client_id, peer, self.broker, self.state, self.stopping, client_gone
+        )
         try:
             response = handler.handle(request, ctx)
             return None if response is None else _encode(response, correlation_id)
@@ -201,6 +205,17 @@ class KafkaListener:
 def _encode(response: Message, correlation_id: int) -> bytes:
     response.with_header(correlation_id=correlation_id)
     return bytes(response.encode(header=True, framed=True))
+
+
+def _client_gone(conn: socket.socket) -> bool:
+    """Whether the client closed its side of the connection (an end of file waits to be read; a
+    request it pipelined meanwhile is left to be read)."""
+    try:
+        return conn.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b""
+    except BlockingIOError:
+        return False
+    except OSError:
+        return True
 
 
 def _read_exactly(conn: socket.socket, size: int) -> memoryview | None:

@@ -4,6 +4,8 @@ is recognised and answered with its original offsets instead of being appended t
 Every stored batch carries its producer id and first sequence (``BatchHeader``), so followers build
 the same table as they replicate, and any replica rebuilds it from its log on open.
 
+A Kafka producer's sequence numbers wrap from 2147483647 to 0 (:data:`SEQUENCE_WRAP`): the batch
+after the wrap follows the one before it.
 Like Kafka's ``producer.id.expiration.ms``, a producer id that wrote nothing for a while is forgotten
 (:meth:`ProducerStateTable.remove_expired`, from the broker's maintenance pass); if it comes back it
 is treated as a new producer. The table is also bounded (``max_producers``, least recently written
@@ -23,6 +25,10 @@ DEFAULT_PRODUCER_ID_EXPIRATION_MS = 86_400_000  # Kafka's producer.id.expiration
 # A safety net under the expiration (Kafka has none and KIP-936 was written after brokers ran out
 # of memory on many short-lived producers): ~1 KB an entry at most, so ~10 MB a partition.
 MAX_PRODUCERS = 10_000
+# Kafka's sequences are int32s that go from 2147483647 back to 0 (its clients' incrementSequence):
+# a batch running past it is stored with its last sequence counted on (2147483648, ...), and the
+# next one, numbered from 0 again, follows it
+SEQUENCE_WRAP = 1 << 31
 
 
 @dataclasses.dataclass(frozen=True)
@@ -73,14 +79,16 @@ class ProducerStateTable:
         for batch in batches:
             if batch.first_sequence == first_sequence and batch.last_sequence == first_sequence + count - 1:
                 return batch
-        last = batches[-1].last_sequence
-        if first_sequence <= last:
+        expected = batches[-1].last_sequence + 1
+        if expected >= SEQUENCE_WRAP and first_sequence < SEQUENCE_WRAP:
+            expected %= SEQUENCE_WRAP  # a Kafka producer's sequences went from 2147483647 back to 0
+        if first_sequence == expected:
+            return None
+        if first_sequence < expected:
             raise DuplicateSequence(
                 f"producer {producer_id} resent sequence {first_sequence} which is older than the batches kept"
             )
-        if first_sequence != last + 1:
-            raise OutOfOrderSequence(f"producer {producer_id} sent sequence {first_sequence}, expected {last + 1}")
-        return None
+        raise OutOfOrderSequence(f"producer {producer_id} sent sequence {first_sequence}, expected {expected}")
 
     def record(
         self,

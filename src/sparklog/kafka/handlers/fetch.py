@@ -3,7 +3,9 @@ one per stored batch, encoded from its Arrow columns by the record batch codec a
 the listener's fetch codec (lz4 by default, as most producers send them: a consumer's queue limits
 and a fetch's byte limits then hold as many records as Kafka's compressed log would give). A fetch with
 nothing to send waits (``max_wait_ms``) for ``min_bytes``, woken by the broker's change counter
-for the partitions asked, not by polling. ``partition_max_bytes`` bounds each partition and
+for the partitions asked, not by polling; it gives up as soon as its client closed the connection
+(a long poll left by its client would hold a thread and a ``max.connections.per.ip`` slot for up
+to ``max_wait_ms``, 24 days at most). ``partition_max_bytes`` bounds each partition and
 ``max_bytes`` the response, except that the first batch found always goes out (as Kafka does, so
 that a batch larger than the limits still makes progress). Errors are per partition: out of
 range, not the leader, a fenced or unknown leader epoch; a follower's log that diverged from
@@ -141,6 +143,10 @@ def handle(request: Message, ctx: RequestContext) -> Message:
     deadline = time.monotonic() + max(0, request.max_wait_ms) / 1000
     min_bytes = max(0, request.min_bytes)
     max_bytes = request.max_bytes if ctx.api_version >= 3 else 2**31 - 1
+
+    def give_up() -> bool:  # the broker stops, or the client left: nobody waits for the answer
+        return ctx.stopping() or ctx.client_gone()
+
     while True:
         version = ctx.broker.change_version  # before looking: a change after it wakes the wait
         budget = max_bytes
@@ -154,9 +160,9 @@ def handle(request: Message, ctx: RequestContext) -> Message:
             total += item.size
             budget -= item.size
             errors = errors or item.done
-        if total >= max(min_bytes, 1) or errors or ctx.stopping() or time.monotonic() >= deadline:
+        if total >= max(min_bytes, 1) or errors or give_up() or time.monotonic() >= deadline:
             break
-        ctx.broker.wait_for_change(version, keys, deadline, ctx.stopping)
+        ctx.broker.wait_for_change(version, keys, deadline, give_up)
     by_topic: dict[str, list[Message]] = {}
     for item in items:
         by_topic.setdefault(item.topic, []).append(item.data)

@@ -3,9 +3,10 @@ requires) checked whole before anything is stored: its size against ``max.messag
 it is decompressed, its CRC, its records, then appended as sparklog records (key, value, headers,
 timestamp) with the next offsets of the log. An idempotent producer's id and epoch and the batch's
 first sequence go to the log's producer state, so a retried batch is answered with its first
-offsets instead of being stored twice. ``acks=all`` waits (up to the request's timeout, for all
-of the request's partitions together) until the high watermark covers each batch; ``acks=0`` gets
-no response, as in Kafka."""
+offsets instead of being stored twice (a batch of a producer id with a negative sequence, which
+would escape that, is ``INVALID_RECORD``, as in Kafka). ``acks=all`` waits (up to the request's
+timeout, for all of the request's partitions together) until the high watermark covers each
+batch; ``acks=0`` gets no response, as in Kafka."""
 
 from __future__ import annotations
 
@@ -76,6 +77,10 @@ def _append(ctx: RequestContext, topic: str, partition: int, records: bytes | No
     logs = ctx.broker
     header, batch = produced_records(records, logs.max_message_bytes(topic, partition))
     producer = log_producer_id(header.producer_id, header.producer_epoch)
+    if producer >= 0 and header.base_sequence < 0:  # the log would take it as a batch without a producer
+        raise InvalidRecord(
+            f"producer {header.producer_id}'s batch has sequence {header.base_sequence}: sequences start at 0"
+        )
     return logs.append(topic, partition, batch, acks, producer, header.base_sequence if producer >= 0 else -1)
 
 
