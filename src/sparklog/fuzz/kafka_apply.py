@@ -39,6 +39,7 @@ from sparklog.fuzz.apply import Outcome
 from sparklog.fuzz.cases import Case
 from sparklog.fuzz.cluster import DEFAULT_MAX_MESSAGE_BYTES, FuzzCluster
 from sparklog.fuzz.kafka_batches import (
+    HEADER_SIZE,
     NO_PRODUCER_ID,
     Producer,
     Records,
@@ -74,6 +75,16 @@ CASE_TIMEOUT_S = 15.0
 QUIET_S = 0.3  # how long a request the broker must not answer yet is listened to
 MAX_HUNG = 4  # connections left hanging at once
 MEMORY_SLACK_MB = 96
+# what a batch whose producer fields a mutation changed may be refused with
+SEQUENCE_ERRORS = frozenset(
+    {
+        ops.OUT_OF_ORDER_SEQUENCE,
+        ops.DUPLICATE_SEQUENCE,
+        ops.INVALID_PRODUCER_EPOCH,
+        ops.UNKNOWN_PRODUCER_ID,
+        ops.INVALID_RECORD,
+    }
+)
 LONG_POLL_GRACE_S = 0.03
 
 
@@ -327,7 +338,11 @@ class KafkaApplier:
                 if spec.get("mutation"):
                     data = mutate(data, spec["mutation"], rules.max_bytes)
             verdict = judge(data, rules, now) if data else judge(None, rules, now)
-            if mode == "gap" and stream is not None and stream.known and not stream.uncertain:
+            if stream is not None and data and _producer_of(data) != (producer.producer_id, producer.epoch, sequence):
+                # the mutation changed the producer fields: another producer, epoch or sequence
+                allowed |= SEQUENCE_ERRORS
+                verdict = dataclasses.replace(verdict, valid=None if verdict.valid else verdict.valid)
+            elif mode == "gap" and stream is not None and stream.known and not stream.uncertain:
                 reasons.append("a sequence 3 past the producer's next")
                 allowed |= {ops.OUT_OF_ORDER_SEQUENCE}
             elif stream is not None and (stream.uncertain or mode == "gap" or (mode == "wrap" and not stream.known)):
@@ -495,12 +510,9 @@ class KafkaApplier:
         if problem:
             found.append(Anomaly(OFFSET_REUSE, problem))
         stream = part.stream
-        if (
-            stream is not None
-            and part.data is not None
-            and part.producer.producer_id == get_field(part.data, "producer_id")
-        ):
-            stream.next_sequence = next_sequence(get_field(part.data, "base_sequence"), count)
+        sent = _producer_of(part.data) if part.data else None
+        if stream is not None and sent is not None and sent[:2] == (part.producer.producer_id, part.producer.epoch):
+            stream.next_sequence = next_sequence(sent[2], count)
             stream.last, stream.last_range, stream.last_records = part.data, (base, base + count - 1), records
             stream.known, stream.uncertain = True, False
         return found
@@ -1075,6 +1087,13 @@ class KafkaApplier:
             )
             for port, remote, age in found
         ]
+
+
+def _producer_of(data: bytes) -> tuple[int, int, int] | None:
+    """A batch's producer id, epoch and first sequence (None: too short to hold them)."""
+    if len(data) < HEADER_SIZE:
+        return None
+    return get_field(data, "producer_id"), get_field(data, "producer_epoch"), get_field(data, "base_sequence")
 
 
 def next_sequence(first: int, count: int) -> int:
