@@ -1,7 +1,8 @@
 """Options of the fuzz suite: ``--fuzz-cases N`` (and ``--fuzz-seed S``, ``--fuzz-brokers B``) run the
 long profile; ``SPARKLOG_FUZZ_CASES`` / ``SPARKLOG_FUZZ_SEED`` / ``SPARKLOG_FUZZ_BROKERS`` do the same
 when pytest is started from the repository root (an option is only known when this file is loaded
-before the command line is parsed, i.e. with ``tests/fuzz`` on the command line)."""
+before the command line is parsed, i.e. with ``tests/fuzz`` on the command line).
+``SPARKLOG_FUZZ_KAFKA=1`` runs the long profile of the Kafka mode too (``test_fuzz_kafka.py``)."""
 
 from __future__ import annotations
 
