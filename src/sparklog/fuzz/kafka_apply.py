@@ -51,7 +51,15 @@ from sparklog.fuzz.kafka_batches import (
     mutate,
     parse_fetched,
 )
-from sparklog.fuzz.kafka_cases import API_KEYS, KAFKA_FRAME, KAFKA_HANG, KAFKA_PRODUCE, KAFKA_QUERY, VERSIONS
+from sparklog.fuzz.kafka_cases import (
+    API_KEYS,
+    KAFKA_FRAME,
+    KAFKA_HANG,
+    KAFKA_PRODUCE,
+    KAFKA_QUERY,
+    ODD_TOPICS,
+    VERSIONS,
+)
 from sparklog.fuzz.kafka_wire import CLOSED, SILENT, Answer, KafkaWire, decode_response
 from sparklog.fuzz.ledger import Entry, Ledger
 from sparklog.fuzz.report import (
@@ -69,6 +77,7 @@ from sparklog.fuzz.report import (
     WRONG_ANSWER,
     Anomaly,
 )
+from sparklog.names import LEGAL_NAME
 from sparklog.records import now_ms
 
 CASE_TIMEOUT_S = 15.0
@@ -144,6 +153,7 @@ class KafkaApplier:
         self.producers: dict[int, tuple[int, int]] = {}
         self.streams: dict[tuple[int, str, int], _Stream] = {}
         self.served: dict[int, tuple[int, int]] = {}  # the API table the listener advertises
+        self.creatable: set[str] = set()  # names a Metadata request allowed to create (they may exist)
         self.lingering = ops.Lingering()
 
     def reset(self) -> None:
@@ -152,6 +162,7 @@ class KafkaApplier:
         self.producers.clear()
         self.streams.clear()
         self.served.clear()
+        self.creatable.clear()
 
     def disconnect(self) -> None:
         """Before brokers restart: every connection closed, every log end read again."""
@@ -352,9 +363,12 @@ class KafkaApplier:
         allowed |= verdict.errors
         if verdict.valid is False:
             reasons.append(verdict.why)
-        if not ours:
+        if not ours and topic not in self.creatable:
             reasons.append("not a partition under test")
             allowed |= ops.UNKNOWN_TARGET
+        elif not ours:  # a topic a Metadata request may have created: anything goes
+            allowed |= ops.KNOWN_CODES
+            verdict = dataclasses.replace(verdict, valid=None if verdict.valid else verdict.valid)
         if acks not in (-1, 0, 1):
             reasons.append(f"acks={acks}")
             allowed |= {ops.INVALID_REQUIRED_ACKS}
@@ -627,6 +641,8 @@ class KafkaApplier:
             }[p["topics"]]
             if version == 0 and names == []:
                 names = [t for t, _ in targets]
+            if names and (version < 4 or p["auto_create"]):
+                self.creatable |= {n for n in names if is_legal_topic_name(n)}  # they may be created now
             return ops.metadata_request(version, names, p["auto_create"], p["authorized_operations"])
         if api == "epochs":
             fields = {"replica_id": p["replica_id"]} if version >= 3 else {}
@@ -710,8 +726,12 @@ class KafkaApplier:
             if topic.error_code:
                 continue
             if spec is None:
-                if topic.name.startswith("fz-many-") or topic.name == "no-such-topic":
-                    found.append(Anomaly(WRONG_ANSWER, f"{where}: a topic nobody created is there (auto-created?)"))
+                if not is_legal_topic_name(topic.name):
+                    found.append(Anomaly(WRONG_ANSWER, f"{where}: a topic by a name Kafka refuses exists"))
+                elif topic.name.startswith("fz-many-") or (
+                    topic.name in ODD_TOPICS and topic.name not in self.creatable
+                ):
+                    found.append(Anomaly(WRONG_ANSWER, f"{where}: a topic nobody asked to create is there"))
                 continue
             if len(topic.partitions) != spec.partitions:
                 found.append(
@@ -1087,6 +1107,11 @@ class KafkaApplier:
             )
             for port, remote, age in found
         ]
+
+
+def is_legal_topic_name(name: str) -> bool:
+    """Kafka's rule for topic names (1-249 of ASCII letters, digits, '.', '_', '-'; not '.' or '..')."""
+    return bool(LEGAL_NAME.fullmatch(name)) and name not in (".", "..")
 
 
 def _producer_of(data: bytes) -> tuple[int, int, int] | None:

@@ -15,7 +15,9 @@ draw them: plain data, applied by :mod:`sparklog.fuzz.kafka_ops`.
   pipelined requests, a request sent a few bytes at a time.
 - ``kafka-query``: Fetch, ListOffsets, Metadata, OffsetForLeaderEpoch, InitProducerId and
   ApiVersions with hostile fields (negative or huge offsets, max_bytes 0 or huge, unknown topics
-  and partitions, absurd epochs, odd isolation levels and replica ids, many topics).
+  and partitions, absurd epochs, odd isolation levels and replica ids, many topics); a Metadata
+  request may create the odd topics it names (``auto.create.topics.enable``), a few legal names
+  and the illegal ones it must refuse.
 - ``kafka-hang``: a connection that sends half a request (or nothing) and stays open while the
   next cases run, or a long-poll fetch its client leaves.
 
@@ -357,6 +359,8 @@ def query_case(draw: st.DrawFn, topology: KafkaTopology) -> cases.Case:
             "auto_create": draw(st.booleans()),
             "authorized_operations": draw(st.booleans()),
         }
+        if params["topics"] == "many":  # a thousand names nobody created: asked without creating them
+            params |= {"version": draw(st.integers(4, high)), "auto_create": False}
     elif api == "epochs":
         params |= {
             "leader_epoch": draw(st.sampled_from(EPOCHS)),
