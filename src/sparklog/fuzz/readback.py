@@ -118,8 +118,9 @@ def verify(cluster: FuzzCluster, ledger: Ledger, full: bool, read: Reader | None
         if data.problem:
             anomalies.append(Anomaly(UNREADABLE, data.problem + _suspects(entries, data.problem_offset)))
             continue
+        view = _Compaction.of(entries, data) if compacted else None
         for entry in todo:
-            problem = _compare(entry, data, compacted, entries)
+            problem = _compare(entry, data, view)
             if problem:
                 anomalies.append(Anomaly(problem[0], f"{entry.describe()}: {problem[1]}"))
             if len(anomalies) >= MAX_ANOMALIES_PER_CHECK:
@@ -127,19 +128,19 @@ def verify(cluster: FuzzCluster, ledger: Ledger, full: bool, read: Reader | None
     return anomalies
 
 
-def _compare(entry: Entry, data: PartitionData, compacted: bool, entries: list[Entry]) -> tuple[str, str] | None:
+def _compare(entry: Entry, data: PartitionData, compaction: _Compaction | None) -> tuple[str, str] | None:
     lo = int(np.searchsorted(data.offsets, entry.base))
     hi = int(np.searchsorted(data.offsets, entry.last, side="right"))
     present = data.offsets[lo:hi]
     got = data.prints.slice(lo, hi)
     if len(present) < entry.count:
         if entry.expected is None:
-            if not compacted:
+            if compaction is None:
                 return LOST, f"{entry.count - len(present)} of {entry.count} records are not read back"
         else:
             wanted = np.arange(entry.base, entry.last + 1)
             missing = np.setdiff1d(wanted, present)
-            problem = _missing_allowed(entry, missing, data, compacted, entries)
+            problem = _missing_allowed(entry, missing, compaction)
             if problem:
                 return LOST, problem
     if entry.expected is not None and len(present):
@@ -166,45 +167,71 @@ def _compare(entry: Entry, data: PartitionData, compacted: bool, entries: list[E
     return None
 
 
-def _missing_allowed(
-    entry: Entry, missing: np.ndarray, data: PartitionData, compacted: bool, entries: list[Entry]
-) -> str | None:
+def _missing_allowed(entry: Entry, missing: np.ndarray, compaction: _Compaction | None) -> str | None:
     """Why the missing records are a loss (None if compaction explains them)."""
-    if not compacted:
+    if compaction is None:
         return f"{len(missing)} of {entry.count} records are not read back (first: offset {int(missing[0])})"
     assert entry.expected is not None
-    horizon = now_ms() - _DAY_MS
     for offset in missing.tolist():
         i = offset - entry.base
-        key = entry.expected.key[i]
-        later = data.offsets > offset
-        if np.any(data.prints.key[later] == key):
-            continue
-        if entry.timestamps_known and entry.expected.timestamp[i] < horizon:
-            continue  # possibly an expired tombstone (the cleaner judges by record time)
-        if _gone_after(entries, key, offset, data, horizon):
-            continue  # a later record of its key, gone too: an expired tombstone took the key away
-        return f"offset {offset} was compacted away without a later record of its key"
-
-
-def _gone_after(entries: list[Entry], key: np.uint64, offset: int, data: PartitionData, horizon: int) -> bool:
-    """Whether an acknowledged record after ``offset`` that is not read back either may have been a
-    tombstone of ``key`` older than ``delete.retention.ms`` (dropped with every earlier record of its
-    key): one of that key dated before ``horizon``, or any of a batch whose records are not known."""
-    for other in entries:
-        if other.last <= offset:
-            continue
-        first = max(other.base, offset + 1)
-        later = np.arange(first, other.last + 1)
-        gone = later[~np.isin(later, data.offsets)]
-        if not len(gone):
-            continue
-        if other.expected is None:
-            return True
-        if not other.timestamps_known:
-            continue
-        i = gone - other.base
-        if np.any((other.expected.key[i] == key) & (other.expected.timestamp[i] < horizon)):
-            return True
-    return False
+        expired = entry.timestamps_known and entry.expected.timestamp[i] < compaction.horizon  # a tombstone itself
+        if not expired and not compaction.explains(int(entry.expected.key[i]), offset):
+            return f"offset {offset} was compacted away without a later record of its key"
     return None
+
+
+@dataclasses.dataclass
+class _Compaction:
+    """What may explain a record missing from a compacted partition, from one read of it (so that
+    each missing record is judged in constant time, however many there are): each key's last
+    offset read back; each key's last acknowledged record, dated before the tombstone horizon
+    (``delete.retention.ms``), that is not read back (a tombstone the cleaner dropped, which took
+    every earlier record of its key with it); the last acknowledged record of unknown content not
+    read back (it may have been such a tombstone of any key)."""
+
+    horizon: int
+    last_read: dict[int, int]
+    tombstone_gone: dict[int, int]
+    unknown_gone: int
+
+    @classmethod
+    def of(cls, entries: list[Entry], data: PartitionData) -> _Compaction:
+        horizon = now_ms() - _DAY_MS
+        keys, inverse = np.unique(data.prints.key, return_inverse=True)
+        last = np.full(len(keys), -1, np.int64)
+        np.maximum.at(last, inverse, data.offsets)
+        tombstone_gone: dict[int, int] = {}
+        unknown_gone = -1
+        for entry in entries:
+            wanted = np.arange(entry.base, entry.last + 1)
+            gone = wanted[~_present(wanted, data.offsets)]
+            if not len(gone):
+                continue
+            if entry.expected is None:
+                unknown_gone = max(unknown_gone, int(gone[-1]))
+                continue
+            if not entry.timestamps_known:
+                continue
+            i = gone - entry.base
+            old = entry.expected.timestamp[i] < horizon
+            for key, offset in zip(entry.expected.key[i][old].tolist(), gone[old].tolist(), strict=True):
+                if offset > tombstone_gone.get(key, -1):
+                    tombstone_gone[key] = offset
+        return cls(horizon, dict(zip(keys.tolist(), last.tolist(), strict=True)), tombstone_gone, unknown_gone)
+
+    def explains(self, key: int, offset: int) -> bool:
+        """Whether a record of ``key`` at ``offset`` may be gone: a later one of its key is read
+        back, or a later record that is not may have been a tombstone of it."""
+        return (
+            self.last_read.get(key, -1) > offset
+            or self.unknown_gone > offset
+            or self.tombstone_gone.get(key, -1) > offset
+        )
+
+
+def _present(wanted: np.ndarray, offsets: np.ndarray) -> np.ndarray:
+    """Which of ``wanted`` are among the (ascending) ``offsets``."""
+    if not len(offsets):
+        return np.zeros(len(wanted), bool)
+    at = np.minimum(np.searchsorted(offsets, wanted), len(offsets) - 1)
+    return offsets[at] == wanted
