@@ -8,7 +8,9 @@ import dataclasses
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from sparklog.kafka.authorization import ApiPermissions
 from sparklog.kafka.coordinator import GroupCoordinator
+from sparklog.security.principal import ANONYMOUS
 
 if TYPE_CHECKING:
     from sparklog.kafka.broker_access import KafkaBroker
@@ -51,12 +53,19 @@ def _connected() -> bool:
     return False
 
 
+def _everything() -> ApiPermissions:
+    """Permissions that allow everything, with no API row (a context made outside a listener)."""
+    return ApiPermissions(None, None, ANONYMOUS, "")
+
+
 @dataclasses.dataclass
 class RequestContext:
     """One request as its handler sees it: the version it came in (the response goes out in the
-    same), who sent it, and the broker and listener-wide state the handler may use. A handler that
-    waits (a long-poll fetch) gives up once the listener is ``stopping`` or the client is gone
-    (``client_gone``: it closed the connection), so a client that leaves frees its connection."""
+    same), who sent it (``may``: its principal and what its API's row lets it do,
+    :mod:`sparklog.kafka.authorization`), and the broker and listener-wide state the handler may
+    use. A handler that waits (a long-poll fetch) gives up once the listener is ``stopping`` or the
+    client is gone (``client_gone``: it closed the connection), so a client that leaves frees its
+    connection."""
 
     api_version: int
     correlation_id: int
@@ -66,6 +75,11 @@ class RequestContext:
     listener: ListenerState
     stopping: Callable[[], bool]
     client_gone: Callable[[], bool] = _connected
+    may: ApiPermissions = dataclasses.field(default_factory=_everything)  # what the principal may do
+
+    @property
+    def principal(self) -> str:
+        return self.may.principal
 
     def response(self, spec: ApiSpec, **fields: Any) -> Message:
         """The response to this request, in its version."""
