@@ -42,8 +42,8 @@ from sparklog.security.acls import (
     ResourcePattern,
     ResourceType,
 )
+from sparklog.security.credentials import new_salt, salted_password
 from sparklog.security.quotas import Quota
-from sparklog.security.scram import new_salt, salted_password
 from waiting import wait_for
 
 CLI = [sys.executable, "-m", "sparklog.cli.main"]

@@ -11,7 +11,7 @@ from kazoo.client import KazooClient
 from sparklog.coordination.zk_layout import ZkLayout
 from sparklog.errors import InvalidUserName, UnacceptableCredential
 from sparklog.security.credential_store import MAX_ITERATIONS, MIN_ITERATIONS, CredentialStore
-from sparklog.security.scram import SCRAM_SHA_256, ScramCredential, new_salt, salted_password
+from sparklog.security.credentials import SCRAM_SHA_256, ScramCredential, new_salt, salted_password
 
 LAYOUT = ZkLayout("/sparklog")
 

@@ -35,7 +35,7 @@ from sparklog.security.acl_store import AclStore
 from sparklog.security.acls import AclBinding, ResourcePattern
 from sparklog.security.client_config import ClientSecurity
 from sparklog.security.credential_store import CredentialStore
-from sparklog.security.scram import DEFAULT_ITERATIONS
+from sparklog.security.credentials import DEFAULT_ITERATIONS
 from waiting import wait_for
 
 SECRET = b"TOPSECRET"

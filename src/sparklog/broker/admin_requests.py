@@ -11,7 +11,7 @@ ZooKeeper session: one implementation of the logic, two ways in. What a call nee
 Alter on the cluster, DescribeConfigs or AlterConfigs for quotas) is checked before it comes here
 (:mod:`sparklog.broker.call_authorization`). A bad request is a typed error naming what is wrong and
 nothing is written. A user's password never reaches the broker: an upsertion carries the salt and
-the salted password the client computed (:func:`sparklog.security.scram.salted_password`).
+the salted password the client computed (:func:`sparklog.security.credentials.salted_password`).
 """
 
 from __future__ import annotations
@@ -29,8 +29,8 @@ from sparklog.protocol import wire
 from sparklog.security.acl_store import AclStore
 from sparklog.security.acls import AclBinding, AclFilter
 from sparklog.security.credential_store import CredentialStore, check_iterations, check_mechanism, credential
+from sparklog.security.credentials import SCRAM_SHA_256
 from sparklog.security.quotas import Quota, QuotaStore, quota_user
-from sparklog.security.scram import SCRAM_SHA_256
 
 MAX_USERS = 1_000  # users one credential request names
 MAX_ACLS = 1_000  # ACLs one create names, filters one delete names

@@ -11,7 +11,7 @@ import sys
 
 from sparklog.cli.common import CliError, add_cluster_options, admin, read_text_file
 from sparklog.security.credential_store import MAX_ITERATIONS, MIN_ITERATIONS
-from sparklog.security.scram import DEFAULT_ITERATIONS
+from sparklog.security.credentials import DEFAULT_ITERATIONS
 
 PASSWORD_ENV = "SPARKLOG_USER_PASSWORD"
 

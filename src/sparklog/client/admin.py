@@ -25,8 +25,8 @@ from sparklog.errors import GroupNotEmpty, InvalidRequest, UnknownGroup, Unknown
 from sparklog.schemas.value_schema import ValueSchema
 from sparklog.security.acls import AclBinding, AclFilter
 from sparklog.security.credential_store import check_iterations
+from sparklog.security.credentials import DEFAULT_ITERATIONS, new_salt, salted_password
 from sparklog.security.quotas import Quota
-from sparklog.security.scram import DEFAULT_ITERATIONS, new_salt, salted_password
 
 
 class Admin:

@@ -25,8 +25,8 @@ from sparklog.protocol import wire
 from sparklog.security.acl_store import AclStore
 from sparklog.security.acls import AclBinding, AclFilter
 from sparklog.security.credential_store import CredentialStore
+from sparklog.security.credentials import SCRAM_SHA_256
 from sparklog.security.quotas import Quota, QuotaStore
-from sparklog.security.scram import SCRAM_SHA_256
 
 
 class ClusterAdmin(Protocol):

@@ -21,7 +21,7 @@ from sparklog.coordination.zk_layout import ZkLayout
 from sparklog.coordination.zookeeper_acls import private_acl
 from sparklog.errors import InvalidUserName, UnacceptableCredential
 from sparklog.names import check_user_name
-from sparklog.security.scram import (
+from sparklog.security.credentials import (
     DEFAULT_ITERATIONS,
     SCRAM_SHA_256,
     ScramCredential,
@@ -56,7 +56,7 @@ def check_mechanism(mechanism: object) -> str:
 
 
 def credential(salt: bytes, salted: bytes, iterations: int) -> ScramCredential:
-    """The credential to store for a salted password (:func:`~sparklog.security.scram.salted_password`),
+    """The credential to store for a salted password (:func:`~sparklog.security.credentials.salted_password`),
     checked first: :class:`UnacceptableCredential` for iterations outside Kafka's bounds, a salt of
     fewer than 12 or more than 1024 bytes, or a salted password that is not SHA-256's 32 bytes."""
     check_iterations(iterations)

@@ -1,11 +1,6 @@
-"""SCRAM-SHA-256 (RFC 7677, computed by the ``scramp`` package) and PLAIN over Arrow Flight's
-handshake, and the session token a broker gives a client that passed it.
-
-A user's credential is what Kafka keeps in ZooKeeper: a random salt, an iteration count, and the
-stored and server keys derived from the password, never the password itself. As Kafka's
-AlterUserScramCredentials, the salted password (RFC 5802's ``Hi(password, salt, i)``:
-:func:`salted_password`) is computed where the password is typed; a broker derives the keys from it
-(:meth:`ScramCredential.from_salted_password`) and never sees the password.
+"""SCRAM-SHA-256 and PLAIN over Arrow Flight's handshake (the login itself:
+:class:`~sparklog.security.sasl_exchange.SaslExchange`, against the credentials of
+:mod:`sparklog.security.credentials`), and the session token a broker gives a client that passed it.
 
 The handshake (Flight's ``Handshake`` call, messages in order):
 
@@ -39,97 +34,18 @@ import hmac
 import json
 import logging
 import secrets
-from collections.abc import Callable
 from typing import Any, Protocol
 
 import pyarrow.flight as flight
 import scramp
-from scramp import utils as scramp_utils
 
-from sparklog.errors import AuthenticationFailed, UnacceptableCredential
+from sparklog.errors import AuthenticationFailed
 from sparklog.security.client_config import ClientSecurity
+from sparklog.security.credentials import SCRAM_SHA_256
 from sparklog.security.principal import USER_TYPE, user_principal
+from sparklog.security.sasl_exchange import MAX_MESSAGE, PLAIN, CredentialLookup, Decoys, SaslExchange
 
 log = logging.getLogger(__name__)
-SCRAM_SHA_256 = "SCRAM-SHA-256"
-PLAIN = "PLAIN"
-DEFAULT_ITERATIONS = 8192  # Kafka's minimum is 4096
-MAX_MESSAGE = 4096  # bytes: a handshake message larger than this is refused before parsing
-SALT_BYTES = 32  # a new credential's salt (scramp's default)
-_MECHANISM = scramp.ScramMechanism(SCRAM_SHA_256)
-_HASH = hashlib.sha256  # SCRAM-SHA-256's hash function
-_REFUSED = "authentication failed: unknown user or wrong password"
-
-
-@dataclasses.dataclass(frozen=True)
-class ScramCredential:
-    """A user's salted, iterated SCRAM-SHA-256 credential."""
-
-    salt: bytes
-    stored_key: bytes
-    server_key: bytes
-    iterations: int
-
-    @classmethod
-    def create(cls, password: str, iterations: int = DEFAULT_ITERATIONS) -> ScramCredential:
-        """A credential for ``password`` with a new random salt."""
-        salt = new_salt()
-        return cls.from_salted_password(salt, salted_password(password, salt, iterations), iterations)
-
-    @classmethod
-    def from_salted_password(cls, salt: bytes, salted: bytes, iterations: int) -> ScramCredential:
-        """The credential whose salted password (:func:`salted_password`) is ``salted``: RFC 5802's
-        ``StoredKey = H(HMAC(SaltedPassword, "Client Key"))`` and ``ServerKey =
-        HMAC(SaltedPassword, "Server Key")``, computed with scramp's functions. What a broker
-        stores from an AlterUserScramCredentials upsertion."""
-        client_key = scramp_utils.hmac(_HASH, salted, b"Client Key")
-        return cls(salt, scramp_utils.h(_HASH, client_key), scramp_utils.hmac(_HASH, salted, b"Server Key"), iterations)
-
-    def matches(self, password: str) -> bool:
-        """Whether ``password`` is the one this credential was made from (PLAIN's check)."""
-        _, stored_key, _, _ = _MECHANISM.make_auth_info(password, iteration_count=self.iterations, salt=self.salt)
-        return hmac.compare_digest(stored_key, self.stored_key)
-
-    def to_json(self) -> bytes:
-        encode = lambda b: base64.b64encode(b).decode()  # noqa: E731
-        return json.dumps(
-            {
-                "mechanism": SCRAM_SHA_256,
-                "salt": encode(self.salt),
-                "stored_key": encode(self.stored_key),
-                "server_key": encode(self.server_key),
-                "iterations": self.iterations,
-            }
-        ).encode()
-
-    @classmethod
-    def from_json(cls, data: bytes) -> ScramCredential:
-        raw = json.loads(data)
-        return cls(
-            base64.b64decode(raw["salt"]),
-            base64.b64decode(raw["stored_key"]),
-            base64.b64decode(raw["server_key"]),
-            int(raw["iterations"]),
-        )
-
-
-def new_salt() -> bytes:
-    """A random salt for a new credential."""
-    return secrets.token_bytes(SALT_BYTES)
-
-
-def salted_password(password: str, salt: bytes, iterations: int) -> bytes:
-    """RFC 5802's ``SaltedPassword = Hi(Normalize(password), salt, i)`` for SCRAM-SHA-256 (SASLprep
-    and PBKDF2-HMAC-SHA-256, computed by scramp as its own ``make_auth_info`` does): what a client
-    sends to set a user's password (Kafka's AlterUserScramCredentials), so the password itself
-    never leaves it. :class:`UnacceptableCredential` for a password SASLprep refuses."""
-    try:
-        normalized = scramp_utils.saslprep(password)
-    except scramp.ScramException as exc:
-        raise UnacceptableCredential(f"the password cannot be used with SCRAM: {exc}") from None
-    if not normalized:
-        raise UnacceptableCredential("the password must not be empty")
-    return scramp_utils.hi(_HASH, scramp_utils.uenc(normalized), salt, iterations)
 
 
 class SessionTokens:
@@ -219,10 +135,6 @@ def check_session(versions: CredentialVersions, identity: Identity) -> None:
         )
 
 
-CredentialLookup = Callable[[str], "tuple[ScramCredential, int] | None"]  # a user's credential and its version
-DECOY_SALT = b"sparklog scram salt of an unknown user"
-
-
 def _read(incoming: Any, what: str) -> bytes:
     message = incoming.read()
     if message is None:
@@ -234,7 +146,8 @@ def _read(incoming: Any, what: str) -> bytes:
 
 
 class SaslServerAuth(flight.ServerAuthHandler):
-    """The broker's side of the handshake, and the check of every later call's token."""
+    """The broker's side of the handshake (a :class:`~sparklog.security.sasl_exchange.SaslExchange`
+    over Flight's messages), and the check of every later call's token."""
 
     def __init__(
         self,
@@ -251,17 +164,13 @@ class SaslServerAuth(flight.ServerAuthHandler):
         self.versions = versions
         self.tokens = tokens
         self.mechanisms = mechanisms
-        self._decoy_key = hmac.new(decoy_secret, DECOY_SALT, hashlib.sha256).digest()
-
-    def decoy(self, user: str) -> ScramCredential:
-        """What an unknown ``user`` is answered with: the salt derived from the cluster's secret and
-        the name (stable, as a real user's), the default iteration count, keys nobody can match."""
-        salt = hmac.new(self._decoy_key, user.encode(errors="replace"), hashlib.sha256).digest()
-        return ScramCredential(salt, secrets.token_bytes(32), secrets.token_bytes(32), DEFAULT_ITERATIONS)
+        self.decoys = Decoys(decoy_secret)
 
     def authenticate(self, outgoing: Any, incoming: Any) -> None:
         try:
             self._authenticate(outgoing, incoming)
+        except AuthenticationFailed as exc:
+            raise flight.FlightUnauthenticatedError(str(exc)) from None
         except flight.FlightError:
             raise
         except Exception:  # a bug or a broken client: the reason stays in the broker's log
@@ -279,49 +188,19 @@ class SaslServerAuth(flight.ServerAuthHandler):
                 f"authentication failed: SASL mechanism {str(mechanism)[:40]!r} is not enabled on this listener "
                 f"(enabled: {', '.join(self.mechanisms)})"
             )
-        user, version = self._plain(opening) if mechanism == PLAIN else self._scram(opening, outgoing, incoming)
-        outgoing.write(self.tokens.issue(user_principal(user), version))
-
-    def _plain(self, opening: dict[str, Any]) -> tuple[str, int]:
-        user, password = opening.get("username"), opening.get("password")
-        if not isinstance(user, str) or not isinstance(password, str):
-            raise flight.FlightUnauthenticatedError("authentication failed: PLAIN needs a username and a password")
-        found = self._lookup(user)
-        credential = found[0] if found else self.decoy(user)  # the same work for an unknown user
-        if not credential.matches(password) or found is None:
-            raise flight.FlightUnauthenticatedError(_REFUSED)
-        return user, found[1]
-
-    def _lookup(self, user: str) -> tuple[ScramCredential, int] | None:
-        try:
-            return self.credentials(user)
-        except Exception:  # an invalid name is an unknown user (and says nothing more)
-            return None
-
-    def _scram(self, opening: dict[str, Any], outgoing: Any, incoming: Any) -> tuple[str, int]:
-        first = opening.get("first")
-        if not isinstance(first, str):
-            raise flight.FlightUnauthenticatedError("authentication failed: SCRAM needs the client-first message")
-        named: list[tuple[str, tuple[ScramCredential, int] | None]] = []
-
-        def auth_info(user: str) -> tuple[bytes, bytes, bytes, int]:
-            found = self._lookup(user)
-            named.append((user, found))
-            credential = found[0] if found else self.decoy(user)  # fails at the proof, like a wrong password
-            return credential.salt, credential.stored_key, credential.server_key, credential.iterations
-
-        server = _MECHANISM.make_server(auth_info)
-        try:
-            server.set_client_first(first)
-            outgoing.write(server.get_server_first().encode())
-            server.set_client_final(_read(incoming, "its proof").decode(errors="replace"))
-        except scramp.ScramException:
-            raise flight.FlightUnauthenticatedError(_REFUSED) from None
-        user, found = named[-1] if named else ("", None)
-        if found is None:
-            raise flight.FlightUnauthenticatedError(_REFUSED)
-        outgoing.write(server.get_server_final().encode())
-        return user, found[1]
+        exchange = SaslExchange(mechanism, self.credentials, self.decoys)
+        if mechanism == PLAIN:
+            user, password = opening.get("username"), opening.get("password")
+            if not isinstance(user, str) or not isinstance(password, str):
+                raise AuthenticationFailed("authentication failed: PLAIN needs a username and a password")
+            exchange.plain(user, password)
+        else:
+            first = opening.get("first")
+            if not isinstance(first, str):
+                raise AuthenticationFailed("authentication failed: SCRAM needs the client-first message")
+            outgoing.write(exchange.step(first.encode()))
+            outgoing.write(exchange.step(_read(incoming, "its proof")))
+        outgoing.write(self.tokens.issue(user_principal(exchange.user), exchange.version))
 
     def is_valid(self, token: bytes) -> bytes:
         identity = self.tokens.identity(token) if token else None
