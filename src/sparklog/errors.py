@@ -241,11 +241,42 @@ class AuthenticationFailed(SparklogError):
     code = "UNAUTHENTICATED"
 
 
+class UnsupportedSaslMechanism(AuthenticationFailed):
+    """The client asked for a SASL mechanism the listener does not enable."""
+
+    code = "UNSUPPORTED_SASL_MECHANISM"
+
+
+class SessionEnded(AuthenticationFailed):
+    """A connection's session may not go on: a request before its login completed, a login past
+    its lifetime (``connections.max.reauth.ms``), a user removed or a password changed since."""
+
+    code = "SESSION_ENDED"
+
+
 class AuthorizationFailed(SparklogError):
     """The authenticated principal may not do this: the message names the principal, the operation
     and the resource (``User:alice may not Write topic 'events'``)."""
 
     code = "AUTHORIZATION_FAILED"
+
+
+class TopicAuthorizationFailed(AuthorizationFailed):
+    """Refused on a topic (Kafka's ``TOPIC_AUTHORIZATION_FAILED``)."""
+
+    code = "TOPIC_AUTHORIZATION_FAILED"
+
+
+class GroupAuthorizationFailed(AuthorizationFailed):
+    """Refused on a consumer group (Kafka's ``GROUP_AUTHORIZATION_FAILED``)."""
+
+    code = "GROUP_AUTHORIZATION_FAILED"
+
+
+class ClusterAuthorizationFailed(AuthorizationFailed):
+    """Refused on the cluster (Kafka's ``CLUSTER_AUTHORIZATION_FAILED``)."""
+
+    code = "CLUSTER_AUTHORIZATION_FAILED"
 
 
 class UnknownServerError(SparklogError):

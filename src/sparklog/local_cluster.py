@@ -73,7 +73,7 @@ class BrokerProcess:
         self.broker_id = broker_id
         self.lake_dir = lake_dir
         self.port = port
-        self.kafka_port = kafka_port  # its plaintext Kafka listener's (None: none)
+        self.kafka_port = kafka_port  # its Kafka listener's (None: none)
         self.data_dir = data_dir
         self.zookeeper = zookeeper
         self.log_path = log_path or data_dir / "broker.log"
@@ -169,8 +169,9 @@ class LocalCluster:
         lake_dir: str | os.PathLike[str] | None = None,
         kafka_ports: list[int] | None = None,
     ) -> None:
-        """``kafka_ports``: each broker's plaintext Kafka-protocol listener (default: free ports;
-        none on a ``secure`` cluster). ``secure``: TLS, SCRAM and ACLs as ``sparklog up --secure`` sets them up
+        """``kafka_ports``: each broker's Kafka-protocol listener (default: free ports; plaintext,
+        or SASL_SSL on a ``secure`` cluster, whose Kafka clients then need
+        :meth:`kafka_client_config`). ``secure``: TLS, SCRAM and ACLs as ``sparklog up --secure`` sets them up
         (:mod:`sparklog.security.local_setup`); clients then need :meth:`client_config`. The
         embedded ZooKeeper is then locked down too (its root, its four-letter words), and everything
         under ``data_dir`` is owner-only (directories 0700, files 0600).
@@ -189,9 +190,7 @@ class LocalCluster:
         self.zookeeper = zookeeper
         self.lake_dir = lake_dir if lake_dir is not None else self.data_dir / "lake"
         ports = broker_ports or [free_port() for _ in range(brokers)]
-        kafka: list[int | None] = [None] * brokers
-        if not secure:
-            kafka = list(kafka_ports or [free_port() for _ in range(brokers)])
+        kafka: list[int | None] = list(kafka_ports or [free_port() for _ in range(brokers)])
         self.brokers = {
             i + 1: BrokerProcess(
                 i + 1,
@@ -231,9 +230,13 @@ class LocalCluster:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         os.chmod(self.data_dir, DIRECTORY_MODE)  # first: nobody else reaches what is below
         ports = [b.port for b in self.brokers.values()]
-        self.security = prepare(self.data_dir, self.zookeeper, ports, lock_zookeeper_root=self.embedded is not None)
+        kafka = [b.kafka_port for b in self.brokers.values() if b.kafka_port is not None]
+        self.security = prepare(
+            self.data_dir, self.zookeeper, ports, lock_zookeeper_root=self.embedded is not None, kafka_ports=kafka
+        )
         for broker in self.brokers.values():
-            broker.extra_args = ["--config", str(self.security.broker_config(broker.broker_id, broker.port))]
+            config = self.security.broker_config(broker.broker_id, broker.port, broker.kafka_port)
+            broker.extra_args = ["--config", str(config)]
             broker.owner_only = True
         restrict_tree(self.data_dir)  # certificates, an earlier run's data
         return self.security
@@ -247,6 +250,13 @@ class LocalCluster:
     def kafka_bootstrap_servers(self) -> str:
         """The brokers' Kafka-protocol listeners, as a Kafka client's ``bootstrap.servers``."""
         return ",".join(f"127.0.0.1:{b.kafka_port}" for b in self.brokers.values() if b.kafka_port is not None)
+
+    def kafka_client_config(self) -> dict[str, str]:
+        """What a Kafka client (confluent-kafka) of this cluster is configured with: the Kafka
+        listeners, and on a secured cluster the admin's SASL_SSL settings."""
+        if self.security is not None and self.security.kafka_client_properties is not None:
+            return load_properties(self.security.kafka_client_properties)
+        return {"bootstrap.servers": self.kafka_bootstrap_servers}
 
     def client_config(self) -> dict[str, str]:
         """What a client passes as ``config=`` (bootstrap servers and the admin's SASL_SSL settings

@@ -399,7 +399,7 @@ class FakeBroker:
 
         return [Entry("broker.id", "1", Source.BROKER, "-1", "long", read_only=True)]
 
-    def cluster(self, topics: Sequence[str] | None) -> Any:
+    def cluster(self, topics: Sequence[str] | None, listener: str = "PLAINTEXT") -> Any:
         from sparklog.kafka.broker_access import BrokerEndpoint, ClusterInfo
 
         return ClusterInfo("AAAAAAAAAAAAAAAAAAAAAA", 1, [BrokerEndpoint(1, "127.0.0.1", 9092)], [])

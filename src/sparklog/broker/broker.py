@@ -33,6 +33,7 @@ from sparklog.broker.cluster_requests import ClusterRequests
 from sparklog.broker.controller import Controller
 from sparklog.broker.group_members import GroupMembers
 from sparklog.broker.kafka_gateway import KafkaGateway
+from sparklog.broker.kafka_listeners import open_kafka_listeners
 from sparklog.broker.lake.delta_table import DeltaTableWriter
 from sparklog.broker.lake.lake_reader import LakeReader
 from sparklog.broker.lake.source import PartitionSource, TieringSource
@@ -55,7 +56,6 @@ from sparklog.coordination.lake_offsets import LakeOffsets
 from sparklog.coordination.ports import port_is_open
 from sparklog.dir_lock import DirLock
 from sparklog.errors import BrokerIdInUse, InvalidRequest
-from sparklog.kafka.coordinator import GroupCoordinator
 from sparklog.kafka.server import KafkaListener
 from sparklog.schemas.registry import SchemaRegistry
 from sparklog.schemas.value_schema import ValueSchema
@@ -222,7 +222,7 @@ class Broker:
         self._port = bound[0][0].port
         ports = {listener.protocol: listener.port for listener, _ in bound}
         self.endpoints = [Listener(a.protocol, a.host, a.port or ports[a.protocol]) for a in self.security.advertised]
-        self._open_kafka_listeners(cluster, states)
+        self._open_kafka_listeners(cluster, states, access)
         self._register()  # before taking any role: a second broker with this id stops here
         ChildrenWatch(cluster.zk, cluster.layout.broker_ids, self._on_brokers)
         self.topic_watcher.start()
@@ -241,7 +241,9 @@ class Broker:
         log.info("broker %s serving on %s:%s", self.broker_id, self.host, self.port)
         return self
 
-    def _open_kafka_listeners(self, cluster: ClusterMetadata, states: PartitionStateCache) -> None:
+    def _open_kafka_listeners(
+        self, cluster: ClusterMetadata, states: PartitionStateCache, access: AccessControl
+    ) -> None:
         """Bind the Kafka-protocol listeners (``kafka.listeners``), serving from here on."""
         if not self.security.kafka_listeners:
             return
@@ -256,22 +258,9 @@ class Broker:
             self.catalog.topic_metadata,
             states.states,
         )
-        ports = {}
-        groups = GroupCoordinator()  # one per broker, whichever listener a group's members come through
-        for listener in self.security.kafka_listeners:
-            kafka = KafkaListener(
-                gateway,
-                listener.host,
-                listener.port,
-                max_connections_per_ip=self.max_calls_per_ip,
-                groups=groups,
-                auto_create_topics=self.security.auto_create_topics,
-            )
-            self.kafka_listeners.append(kafka.start())
-            ports[listener.protocol] = kafka.port
-        self.kafka_endpoints = [
-            Listener(a.protocol, a.host, a.port or ports[a.protocol]) for a in self.security.kafka_advertised
-        ]
+        self.kafka_listeners, self.kafka_endpoints = open_kafka_listeners(
+            gateway, self.security, access, cluster.zk, cluster.layout, self.max_calls_per_ip
+        )
 
     def _register(self) -> None:
         """Register in ZooKeeper. After a crash the previous session's node lingers until that

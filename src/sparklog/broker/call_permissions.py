@@ -15,7 +15,7 @@ import pyarrow.flight as flight
 from sparklog.security.acls import CLUSTER_NAME, Operation, ResourceType
 from sparklog.security.authorizer import Authorizer, host_of_peer
 from sparklog.security.principal import ANONYMOUS, USER_TYPE
-from sparklog.security.scram import CredentialVersions, Identity, check_session
+from sparklog.security.sessions import CredentialVersions, Identity, check_session
 
 TOPIC, GROUP, CLUSTER = ResourceType.TOPIC, ResourceType.GROUP, ResourceType.CLUSTER
 TRANSACTIONAL_ID = ResourceType.TRANSACTIONAL_ID

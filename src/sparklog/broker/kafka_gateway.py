@@ -182,15 +182,15 @@ class KafkaGateway:
         return version
 
     # ----------------------------------------------------------------- cluster
-    def cluster(self, topics: Sequence[str] | None) -> ClusterInfo:
-        brokers = self.kafka_brokers()
+    def cluster(self, topics: Sequence[str] | None, listener: str) -> ClusterInfo:
+        brokers = self.kafka_brokers(listener)
         names = list(self._cluster.topics()) if topics is None else list(topics)
         return ClusterInfo(self._id(), self._controller_id(), brokers, [self._topic(name) for name in names])
 
-    def kafka_brokers(self) -> Sequence[BrokerEndpoint]:
+    def kafka_brokers(self, listener: str) -> Sequence[BrokerEndpoint]:
         brokers = []
         for info in sorted(self._live_brokers().values(), key=lambda b: b.broker_id):
-            address = info.kafka_address()
+            address = info.kafka_address(listener)
             if address is not None:  # a broker without a Kafka listener cannot serve Kafka clients
                 brokers.append(BrokerEndpoint(info.broker_id, address[0], address[1]))
         return brokers

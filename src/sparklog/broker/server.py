@@ -37,7 +37,7 @@ from sparklog.protocol import wire
 from sparklog.protocol.multi_fetch import FETCH_MANY
 from sparklog.security.authorizer import Authorizer
 from sparklog.security.replica_guard import ReplicaGuard
-from sparklog.security.scram import CredentialVersions
+from sparklog.security.sessions import CredentialVersions
 
 
 @dataclasses.dataclass(frozen=True)

@@ -58,8 +58,8 @@ def add_up(sub: argparse._SubParsersAction) -> None:
         type=int,
         default=0,
         metavar="BASE",
-        help="first broker's Kafka-protocol listener (Kafka clients, plaintext), broker i on BASE+i-1 "
-        "(default 0 = any free ports)",
+        help="first broker's Kafka-protocol listener (Kafka clients; plaintext, SASL_SSL with --secure), "
+        "broker i on BASE+i-1 (default 0 = any free ports)",
     )
     p.add_argument(
         "--lake-dir",
@@ -233,8 +233,6 @@ def run_up(args: argparse.Namespace) -> int:
         raise CliError(f"--brokers must be at least 1, got {args.brokers}")
     if args.broker_port < 0 or args.zookeeper_port < 0 or args.kafka_port < 0:
         raise CliError("ports must be >= 0")
-    if args.secure and args.kafka_port:
-        raise CliError("--kafka-port opens a plaintext Kafka listener, which --secure does not (yet) allow")
     data_dir = Path(args.data_dir)
     data_dir.mkdir(parents=True, exist_ok=True)
     if args.zookeeper_given:
@@ -276,7 +274,15 @@ def run_up(args: argparse.Namespace) -> int:
                     f"broker {b.broker_id} listening on 127.0.0.1:{b.port} (data in {b.data_dir}, log {b.log_path})",
                     flush=True,
                 )
-            if cluster.kafka_bootstrap_servers:
+            kafka_files = cluster.security
+            if kafka_files is not None and kafka_files.kafka_client_properties is not None:
+                print(
+                    f"Kafka clients: bootstrap.servers={cluster.kafka_bootstrap_servers} (SASL_SSL: settings in "
+                    f"{kafka_files.kafka_client_properties}; Kafka's Java tools: --command-config "
+                    f"{kafka_files.kafka_java_client_properties})",
+                    flush=True,
+                )
+            elif cluster.kafka_bootstrap_servers:
                 print(f"Kafka clients: bootstrap.servers={cluster.kafka_bootstrap_servers}", flush=True)
             if secured is not None:
                 print(

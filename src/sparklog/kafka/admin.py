@@ -15,6 +15,7 @@ from kafka.protocol.admin import DescribeConfigsResponse
 from sparklog.errors import InvalidRequest, SparklogError
 from sparklog.kafka import error_codes
 from sparklog.kafka.api import Message
+from sparklog.kafka.authorization import CLUSTER, TOPIC, ApiPermissions
 from sparklog.kafka.broker_access import ConfigEntry, ConfigSource
 
 # Kafka's ConfigResource.Type
@@ -38,6 +39,15 @@ T = TypeVar("T")
 Result = DescribeConfigsResponse.DescribeConfigsResult
 Entry = Result.DescribeConfigsResourceResult
 Synonym = Entry.DescribeConfigsSynonym
+
+
+def check_config_resource(may: ApiPermissions, resource_type: int, name: str) -> None:
+    """The config APIs' rule: a topic's configs need the operation on the topic, a broker's on
+    the cluster (the refusal raised; other resource types are refused by their handler)."""
+    if resource_type == RESOURCE_TOPIC:
+        may.check(TOPIC, name)
+    elif resource_type == RESOURCE_BROKER:
+        may.check(CLUSTER)
 
 
 def deadline(timeout_ms: int) -> float | None:

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from sparklog.kafka.authorization import ApiPermissions
 from sparklog.kafka.coordinator import GroupCoordinator
+from sparklog.kafka.session import ConnectionSession
 from sparklog.security.principal import ANONYMOUS
 
 if TYPE_CHECKING:
@@ -47,6 +48,7 @@ class ListenerState:
     groups: GroupCoordinator = dataclasses.field(default_factory=GroupCoordinator)  # classic groups here
     auto_create_topics: bool = True  # auto.create.topics.enable: Metadata may create what it is asked for
     fetch_compression: int = 3  # the codec fetched batches go out with (Kafka's numbers: 3 lz4, 0 none)
+    protocol: str = "PLAINTEXT"  # the listener's security protocol: brokers are answered at theirs
 
 
 def _connected() -> bool:
@@ -76,6 +78,8 @@ class RequestContext:
     stopping: Callable[[], bool]
     client_gone: Callable[[], bool] = _connected
     may: ApiPermissions = dataclasses.field(default_factory=_everything)  # what the principal may do
+    session: ConnectionSession = dataclasses.field(default_factory=ConnectionSession)  # the connection's login
+    close_after: bool = False  # set by a handler: close the connection once this answer is sent
 
     @property
     def principal(self) -> str:

@@ -6,10 +6,9 @@ Kafka decides most APIs item by item (a Produce's refused topic gets ``TOPIC_AUT
 in its own partitions' answers while the others are written), so a row says which operation on
 which resource type the API needs; the handler asks :meth:`ApiPermissions.allowed` for each topic,
 group or the cluster it touches, and the operation comes from the row, never from the handler. A
-handler asking about a resource type its row does not list is a bug
-(:class:`UnlistedCheck`), and the listener refuses (closes) an API without a row when
-it checks ACLs. Without ``authorizer.enabled`` every principal may do everything, as on the
-Flight listener.
+handler asking about a resource type its row does not list is a bug (an AssertionError), and the
+listener refuses (closes) an API without a row when it checks ACLs. Without
+``authorizer.enabled`` every principal may do everything, as on the Flight listener.
 """
 
 from __future__ import annotations
@@ -17,16 +16,19 @@ from __future__ import annotations
 import dataclasses
 from typing import Protocol
 
+from sparklog.errors import (
+    AuthorizationFailed,
+    ClusterAuthorizationFailed,
+    GroupAuthorizationFailed,
+    TopicAuthorizationFailed,
+)
+from sparklog.kafka import error_codes
 from sparklog.security.acls import CLUSTER_NAME, Operation, ResourceType
 
 TOPIC, GROUP, CLUSTER = ResourceType.TOPIC, ResourceType.GROUP, ResourceType.CLUSTER
 READ, WRITE, CREATE, DELETE = Operation.READ, Operation.WRITE, Operation.CREATE, Operation.DELETE
 ALTER, DESCRIBE = Operation.ALTER, Operation.DESCRIBE
 DESCRIBE_CONFIGS, ALTER_CONFIGS = Operation.DESCRIBE_CONFIGS, Operation.ALTER_CONFIGS
-
-
-class UnlistedCheck(AssertionError):
-    """A handler asked about an (operation, resource type) its API's row does not list."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -46,11 +48,11 @@ class ApiRule:
 
     def operation(self, resource_type: ResourceType, operation: Operation | None = None) -> Operation:
         """The operation this API needs on ``resource_type`` (``operation``: one of several it
-        lists for that type); :class:`UnlistedCheck` if the row does not list it."""
+        lists for that type); an AssertionError if the row does not list it (a handler's bug)."""
         for need in self.needs:
             if need.resource_type is resource_type and (operation is None or need.operation is operation):
                 return need.operation
-        raise UnlistedCheck(f"the API's row lists no {operation or 'operation'} on {resource_type.label}s")
+        raise AssertionError(f"the API's row lists no {operation or 'operation'} on {resource_type.label}s")
 
 
 def _rule(*needs: tuple[Operation, ResourceType, str]) -> ApiRule:
@@ -130,3 +132,30 @@ class ApiPermissions:
         if self.authorizer is None:
             return True
         return self.authorizer.authorize(self.principal, self.host, chosen, resource_type, name)
+
+    def refusal(self, resource_type: ResourceType, name: str = CLUSTER_NAME, operation: Operation | None = None) -> int:
+        """Kafka's error code for a refusal (``TOPIC_AUTHORIZATION_FAILED``...); 0 when allowed."""
+        if self.allowed(resource_type, name, operation):
+            return 0
+        return _REFUSAL_CODES[resource_type]
+
+    def check(self, resource_type: ResourceType, name: str = CLUSTER_NAME, operation: Operation | None = None) -> None:
+        """:meth:`allowed`, raising Kafka's refusal for the resource type when not
+        (``User:alice may not Write topic 'events'``)."""
+        if not self.allowed(resource_type, name, operation):
+            chosen = self.rule.operation(resource_type, operation) if self.rule is not None else operation
+            shown = "the cluster" if resource_type is CLUSTER else f"{resource_type.label} {name!r}"
+            raise _REFUSALS.get(resource_type, AuthorizationFailed)(f"{self.principal} may not {chosen} {shown}")
+
+
+_REFUSAL_CODES = {
+    TOPIC: error_codes.TOPIC_AUTHORIZATION_FAILED,
+    GROUP: error_codes.GROUP_AUTHORIZATION_FAILED,
+    CLUSTER: error_codes.CLUSTER_AUTHORIZATION_FAILED,
+    ResourceType.TRANSACTIONAL_ID: error_codes.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+}
+_REFUSALS: dict[ResourceType, type[AuthorizationFailed]] = {
+    TOPIC: TopicAuthorizationFailed,
+    GROUP: GroupAuthorizationFailed,
+    CLUSTER: ClusterAuthorizationFailed,
+}

@@ -144,8 +144,10 @@ class ClusterInfo:
 class ClusterView(Protocol):
     """The cluster as the broker's watches see it."""
 
-    def cluster(self, topics: Sequence[str] | None) -> ClusterInfo:
-        """Brokers, controller and the named topics (None: every topic)."""
+    def cluster(self, topics: Sequence[str] | None, listener: str) -> ClusterInfo:
+        """Brokers (at their Kafka listeners of the security protocol ``listener``, as Kafka
+        answers with the listener a request came in on), controller and the named topics (None:
+        every topic)."""
         ...
 
 
@@ -168,8 +170,9 @@ class GroupOffsets(Protocol):
         the group read one of the topics."""
         ...
 
-    def kafka_brokers(self) -> Sequence[BrokerEndpoint]:
-        """The live brokers with a Kafka listener, by id (at their advertised Kafka addresses)."""
+    def kafka_brokers(self, listener: str) -> Sequence[BrokerEndpoint]:
+        """The live brokers with a Kafka listener of the security protocol ``listener``, by id (at
+        its advertised address)."""
         ...
 
 

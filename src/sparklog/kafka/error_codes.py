@@ -48,6 +48,10 @@ INVALID_REPLICATION_FACTOR = kerr.InvalidReplicationFactorError.errno
 INVALID_REPLICA_ASSIGNMENT = kerr.InvalidReplicationAssignmentError.errno
 INVALID_CONFIG = kerr.InvalidConfigurationError.errno
 UNSUPPORTED_ENDPOINT_TYPE = kerr.UnsupportedEndpointTypeError.errno
+# logging in (SASL)
+UNSUPPORTED_SASL_MECHANISM = kerr.UnsupportedSaslMechanismError.errno
+ILLEGAL_SASL_STATE = kerr.IllegalSaslStateError.errno
+SASL_AUTHENTICATION_FAILED = kerr.SaslAuthenticationFailedError.errno
 
 # sparklog's error codes (``SparklogError.code``) -> Kafka's
 _BY_CODE: dict[str, int] = {
@@ -82,6 +86,10 @@ _BY_CODE: dict[str, int] = {
     "TOO_MANY_REQUESTS": kerr.ThrottlingQuotaExceededError.errno,
     "UNAUTHENTICATED": kerr.SaslAuthenticationFailedError.errno,
     "AUTHORIZATION_FAILED": TOPIC_AUTHORIZATION_FAILED,
+    "TOPIC_AUTHORIZATION_FAILED": TOPIC_AUTHORIZATION_FAILED,
+    "GROUP_AUTHORIZATION_FAILED": GROUP_AUTHORIZATION_FAILED,
+    "CLUSTER_AUTHORIZATION_FAILED": CLUSTER_AUTHORIZATION_FAILED,
+    "UNSUPPORTED_SASL_MECHANISM": UNSUPPORTED_SASL_MECHANISM,
     "UNSUPPORTED_COMPRESSION_TYPE": kerr.UnsupportedCompressionTypeError.errno,
     "UNACCEPTABLE_CREDENTIAL": kerr.UnacceptableCredentialError.errno,
     "INVALID_USER_NAME": kerr.ResourceNotFoundError.errno,

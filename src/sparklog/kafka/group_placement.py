@@ -38,7 +38,7 @@ class Placement:
 
     def __init__(self, ctx: RequestContext) -> None:
         self.broker_id = ctx.broker.broker_id
-        self.brokers = ctx.broker.kafka_brokers()
+        self.brokers = ctx.broker.kafka_brokers(ctx.listener.protocol)
         self._groups = ctx.listener.groups
 
     def coordinator(self, group_id: str) -> BrokerEndpoint | None:

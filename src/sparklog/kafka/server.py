@@ -9,14 +9,23 @@ cannot be parsed (an unknown API key, a version not served, malformed bytes) clo
 (ApiVersions excepted: an unknown version is answered in version 0 with ``UNSUPPORTED_VERSION``
 and the table, so a newer client can fall back). One thread serves each connection; a fetch
 waiting for records holds only its own connection, as in Kafka.
+
+A listener's security (:mod:`sparklog.kafka.listener_security`) decides who each connection is: TLS
+is negotiated on the connection's own thread, a SASL login comes first
+(:mod:`sparklog.kafka.session`: until it is done a frame may hold at most 512 KiB, Kafka's
+``sasl.server.max.receive.size``), and every request is authorized by its API's row
+(:mod:`sparklog.kafka.authorization`; an API without one is refused). Client quotas answer with
+``throttle_time_ms`` and mute the connection that long, as Kafka does (KIP-219).
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import io
 import logging
 import socket
+import ssl
 import struct
 import threading
 from collections import Counter
@@ -24,16 +33,24 @@ from collections.abc import Callable, Mapping
 
 from kafka.protocol.api_header import RequestHeader
 
+from sparklog.errors import SessionEnded
 from sparklog.kafka import error_codes
 from sparklog.kafka.api import ApiHandler, ListenerState, Message, RequestContext
+from sparklog.kafka.authorization import KAFKA_APIS, ApiPermissions
 from sparklog.kafka.broker_access import KafkaBroker
 from sparklog.kafka.coordinator import GroupCoordinator
 from sparklog.kafka.handlers import HANDLERS, api_versions
+from sparklog.kafka.listener_security import PLAINTEXT, SASL_MAX_RECEIVE_BYTES, ListenerSecurity, QuotaKind
+from sparklog.kafka.session import ConnectionSession
+from sparklog.security.certificates import certificate_name
+from sparklog.security.principal import ANONYMOUS, USER_TYPE
 
 log = logging.getLogger(__name__)
 
 SOCKET_REQUEST_MAX_BYTES = 100 * 1024 * 1024  # Kafka's socket.request.max.bytes default
 MAX_HEADER_BYTES = 64 * 1024  # a request header (client id, tagged fields) is read from at most this much
+TLS_HANDSHAKE_TIMEOUT_S = 10.0
+PRODUCE, FETCH = 0, 1  # API keys whose bytes count against quotas
 DEFAULT_MAX_CONNECTIONS_PER_IP = 1000
 _FRAME = struct.Struct(">i")
 _REQUEST_START = struct.Struct(">hhi")  # api key, api version, correlation id
@@ -44,7 +61,7 @@ class _CloseConnection(Exception):  # noqa: N818 - a signal inside the listener,
 
 
 class KafkaListener:
-    """One Kafka-protocol listener (``PLAINTEXT``) serving ``broker``'s partitions."""
+    """One Kafka-protocol listener serving ``broker``'s partitions, secured as ``security`` says."""
 
     def __init__(
         self,
@@ -56,6 +73,7 @@ class KafkaListener:
         max_connections_per_ip: int = DEFAULT_MAX_CONNECTIONS_PER_IP,
         groups: GroupCoordinator | None = None,
         auto_create_topics: bool = True,
+        security: ListenerSecurity = PLAINTEXT,
     ) -> None:
         """``groups``: the broker's classic group coordinator, one for all its Kafka listeners
         (which stop together: the first to stop stops it); by default the listener's own.
@@ -66,8 +84,9 @@ class KafkaListener:
         self.handlers = dict(handlers)
         self.max_request_bytes = max_request_bytes
         self.max_connections_per_ip = max_connections_per_ip
+        self.security = security
         specs = tuple(h.spec for h in self.handlers.values())
-        self.state = ListenerState(specs, auto_create_topics=auto_create_topics)
+        self.state = ListenerState(specs, auto_create_topics=auto_create_topics, protocol=security.protocol)
         if groups is not None:
             self.state.groups = groups
         self._stopping = threading.Event()
@@ -127,16 +146,27 @@ class KafkaListener:
     def _serve(self, conn: socket.socket, peer: tuple[str, int]) -> None:
         try:
             conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            conn, principal = self._secure(conn)
             conn.settimeout(None)
+            session = ConnectionSession(principal, self.security.sasl)
             while not self._stopping.is_set():
-                payload = self._read_frame(conn, peer)
+                payload = self._read_frame(conn, session)
                 if payload is None:
                     return
-                response = self.dispatch(payload, peer, lambda: _client_gone(conn))
+                ctx = self.dispatch(payload, peer, lambda: _client_gone(conn), session)
+                if ctx is None:
+                    continue
+                response, mute_s = ctx
                 if response is not None:
-                    conn.sendall(response)
+                    conn.sendall(response.payload)
+                    if response.close_after:
+                        raise _CloseConnection(response.close_after)
+                if mute_s > 0 and self._stopping.wait(mute_s):
+                    return
         except _CloseConnection as exc:
             log.info("closing the Kafka connection from %s:%s: %s", peer[0], peer[1], exc)
+        except ssl.SSLError as exc:
+            log.info("TLS with %s:%s failed: %s", peer[0], peer[1], exc.reason or exc)
         except OSError:
             pass  # the client went away, or stop() shut the socket
         finally:
@@ -148,12 +178,34 @@ class KafkaListener:
                 if self._per_ip[peer[0]] <= 0:
                     del self._per_ip[peer[0]]
 
-    def _read_frame(self, conn: socket.socket, peer: tuple[str, int]) -> memoryview | None:
+    def _secure(self, conn: socket.socket) -> tuple[socket.socket, str]:
+        """The connection after TLS (when the listener has it), and who its transport says the
+        client is: the client certificate's name, else ``User:ANONYMOUS``."""
+        tls = self.security.tls
+        if tls is None:
+            return conn, ANONYMOUS
+        conn.settimeout(TLS_HANDSHAKE_TIMEOUT_S)
+        secured = tls.wrap_socket(conn, server_side=True)
+        with self._lock:  # stop() shuts the socket it knows: the secured one from now on
+            thread = self._connections.pop(conn, None)
+            if thread is not None:
+                self._connections[secured] = thread
+        certificate = secured.getpeercert(binary_form=True)
+        if not certificate:
+            return secured, ANONYMOUS
+        return secured, f"{USER_TYPE}:{certificate_name(ssl.DER_cert_to_PEM_cert(certificate).encode())}"
+
+    def _read_frame(self, conn: socket.socket, session: ConnectionSession) -> memoryview | None:
         """The next request's bytes; None once the client closed the connection."""
         head = _read_exactly(conn, _FRAME.size)
         if head is None:
             return None
         (size,) = _FRAME.unpack(head)
+        if not session.logged_in and size > SASL_MAX_RECEIVE_BYTES:
+            raise _CloseConnection(
+                f"a frame of {size} bytes before the SASL login (sasl.server.max.receive.size="
+                f"{SASL_MAX_RECEIVE_BYTES}) is refused unread"
+            )
         if size < _REQUEST_START.size or size > self.max_request_bytes:
             raise _CloseConnection(
                 f"a request of {size} bytes (socket.request.max.bytes={self.max_request_bytes}) is refused unread"
@@ -165,10 +217,16 @@ class KafkaListener:
 
     # ----------------------------------------------------------------- requests
     def dispatch(
-        self, payload: memoryview, peer: tuple[str, int], client_gone: Callable[[], bool] = lambda: False
-    ) -> bytes | None:
-        """The framed response to one request (None: none is due); ``_CloseConnection`` if it cannot
-        be answered."""
+        self,
+        payload: memoryview,
+        peer: tuple[str, int],
+        client_gone: Callable[[], bool] = lambda: False,
+        session: ConnectionSession | None = None,
+    ) -> tuple[Answer | None, float] | None:
+        """The answer to one request (None: none is due) and how long the connection is then muted
+        (client quotas); ``_CloseConnection`` if it cannot be answered or the connection may not
+        go on."""
+        session = session if session is not None else ConnectionSession()
         api_key, version, correlation_id = _REQUEST_START.unpack_from(payload)
         handler = self.handlers.get(api_key)
         if handler is None:
@@ -177,10 +235,17 @@ class KafkaListener:
         if not spec.min_version <= version <= spec.max_version:
             if api_key == api_versions.API.key:
                 table = api_versions.answer(0, self.state.specs, error_codes.UNSUPPORTED_VERSION)
-                return _encode(table, correlation_id)
+                return Answer(_encode(table, correlation_id)), 0.0
             raise _CloseConnection(
                 f"{spec.name} version {version} is not served ({spec.min_version}-{spec.max_version})"
             )
+        try:
+            session.admit(api_key)
+        except SessionEnded as exc:
+            raise _CloseConnection(str(exc)) from None
+        rule = KAFKA_APIS.get(api_key)
+        if rule is None and self.security.authorizer is not None:
+            raise _CloseConnection(f"{spec.name} has no row in the authorization table: refused")
         try:
             head = io.BytesIO(payload[:MAX_HEADER_BYTES])
             header = RequestHeader.decode(head, flexible=spec.request.flexible_version_q(version))
@@ -189,17 +254,55 @@ class KafkaListener:
             raise _CloseConnection(
                 f"a malformed {spec.name} v{version} request ({type(exc).__name__}: {exc})"
             ) from None
+        may = ApiPermissions(rule, self.security.authorizer, session.principal, peer[0])
         ctx = RequestContext(
-            version, correlation_id, header.client_id, peer, self.broker, self.state, self.stopping, client_gone
+            version,
+            correlation_id,
+            header.client_id,
+            peer,
+            self.broker,
+            self.state,
+            self.stopping,
+            client_gone,
+            may,
+            session,
         )
         try:
             response = handler.handle(request, ctx)
-            return None if response is None else _encode(response, correlation_id)
         except _CloseConnection:
             raise
         except Exception:
             log.exception("%s v%s from %s failed", spec.name, version, peer[0])
             raise _CloseConnection(f"{spec.name} failed on the broker") from None
+        if response is None:
+            return None if not ctx.close_after else (Answer(b"", "closed after an answer not due"), 0.0)
+        mute_s = self._quota_delay(session.principal, api_key, len(payload))
+        if mute_s > 0 and hasattr(response, "throttle_time_ms"):
+            response.throttle_time_ms = int(mute_s * 1000)
+        encoded = _encode(response, correlation_id)
+        if api_key == FETCH:
+            mute_s = max(mute_s, self._quota_delay(session.principal, None, len(encoded)))
+        closing = f"{spec.name} answered with an error that ends the connection" if ctx.close_after else ""
+        return Answer(encoded, closing), mute_s
+
+    def _quota_delay(self, principal: str, api_key: int | None, size: int) -> float:
+        """The seconds a request (``api_key``; None: a fetch's answer of ``size`` bytes) puts its
+        principal over its quotas."""
+        throttle = self.security.throttle
+        if throttle is None:
+            return 0.0
+        kinds: list[tuple[QuotaKind, float]] = [("fetch", size)] if api_key is None else [("request", 1)]
+        if api_key == PRODUCE:
+            kinds.append(("produce", size))
+        return max(throttle.delay(principal, kind, amount) for kind, amount in kinds)
+
+
+@dataclasses.dataclass(frozen=True)
+class Answer:
+    """A framed response, and why the connection closes once it is sent (empty: it stays open)."""
+
+    payload: bytes
+    close_after: str = ""
 
 
 def _encode(response: Message, correlation_id: int) -> bytes:
@@ -210,8 +313,8 @@ def _encode(response: Message, correlation_id: int) -> bytes:
 def _client_gone(conn: socket.socket) -> bool:
     """Whether the client closed its side of the connection (an end of file waits to be read; a
     request it pipelined meanwhile is left to be read)."""
-    try:
-        return conn.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b""
+    try:  # the socket's own recv: a TLS socket's takes no flags, and an end of file is the same
+        return socket.socket.recv(conn, 1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b""
     except BlockingIOError:
         return False
     except OSError:

@@ -18,6 +18,13 @@ properties file (``sparklog broker --config server.properties``):
 - ``log.dirs.owner.only``: ``true`` to keep the data owner-only: the broker runs with umask 077
   (segments, indexes, Delta tables created 0600 in 0700 directories) and makes its data directory
   so on start (:mod:`sparklog.file_modes`; ``sparklog up --secure`` sets it).
+- ``kafka.listeners`` / ``kafka.advertised.listeners``: the Kafka-protocol listeners, same form, any
+  of the four protocols (names other than protocols through ``listener.security.protocol.map``,
+  ``CLIENT:SASL_SSL``); they share the certificates, users, ACLs and quotas above.
+  ``connections.max.reauth.ms``: how long a Kafka client's SASL login lasts before it must log in
+  again (0, the default: as long as its connection). Without the authorizer, a Kafka listener
+  that lets anyone in is refused on a broker whose Flight listeners all authenticate.
+- ``auto.create.topics.enable``: Kafka clients' Metadata requests create unknown topics (default true).
 - ``security.inter.broker.protocol``: the listener brokers use among themselves (default
   PLAINTEXT); with SASL, ``inter.broker.sasl.username`` / ``inter.broker.sasl.password`` are the
   credentials this broker authenticates with (its principal, registered in ZooKeeper).
@@ -95,6 +102,7 @@ class BrokerSecurity:
     kafka_listeners: tuple[Listener, ...] = ()  # the Kafka-protocol listeners (kafka.listeners)
     kafka_advertised: tuple[Listener, ...] = ()
     auto_create_topics: bool = True  # auto.create.topics.enable (Kafka's default): Kafka clients' Metadata creates
+    reauth_ms: int = 0  # connections.max.reauth.ms: a Kafka client's SASL login lasts this long (0: its connection)
 
     @classmethod
     def plaintext(cls, host: str, port: int, kafka_port: int | None = None) -> BrokerSecurity:
@@ -173,12 +181,13 @@ class BrokerSecurity:
         except InvalidConfig as exc:
             raise InvalidConfig(f"inter-broker settings: {exc} (inter.broker.sasl.username/password)") from None
         kafka_listeners, kafka_advertised = _kafka_listeners(properties)
-        secured = authorizer or any(listener.tls or listener.sasl for listener in listeners)
-        if kafka_listeners and secured:  # every Kafka listener is plaintext so far: it would bypass them
-            raise InvalidConfig(
-                "kafka.listeners: a PLAINTEXT Kafka listener would let any client past this broker's TLS, SASL "
-                "and ACLs; the Kafka listener does not authenticate or authorize yet"
-            )
+        if kafka_listeners and not authorizer:
+            _refuse_open_kafka_listeners(listeners, kafka_listeners, client_auth == "required")
+        if any(listener.tls for listener in kafka_listeners) and not (certificate and key):
+            raise InvalidConfig("a TLS Kafka listener needs ssl.certificate.location and ssl.key.location")
+        reauth_ms = properties.get("connections.max.reauth.ms", "0")
+        if not reauth_ms.isdigit():
+            raise InvalidConfig(f"connections.max.reauth.ms must be 0 or more milliseconds, got {reauth_ms!r:.40}")
         return cls(
             listeners,
             advertised,
@@ -195,6 +204,7 @@ class BrokerSecurity:
             kafka_listeners,
             kafka_advertised,
             _boolean(properties, "auto.create.topics.enable", "true"),
+            int(reauth_ms),
         )
 
     @property
@@ -215,31 +225,67 @@ class BrokerSecurity:
         return Path(location).read_bytes() if location else None
 
 
-KAFKA_PROTOCOLS = ("PLAINTEXT",)  # what a Kafka-protocol listener speaks so far
-
-
 def _kafka_listeners(properties: Mapping[str, str]) -> tuple[tuple[Listener, ...], tuple[Listener, ...]]:
     """``kafka.listeners`` and ``kafka.advertised.listeners`` (Kafka's syntax: the Kafka-protocol
-    listeners beside the Flight ones; none when unset)."""
+    listeners beside the Flight ones; none when unset). A listener may be named other than its
+    protocol (``CLIENT://:9092``) when ``listener.security.protocol.map`` says which protocol the
+    name is (``CLIENT:SASL_SSL``); one listener per protocol."""
     text = properties.get("kafka.listeners", "").strip()
     if not text:
         if properties.get("kafka.advertised.listeners"):
             raise InvalidConfig("kafka.advertised.listeners is set but kafka.listeners is not")
         return (), ()
-    listeners = parse_listeners(text, "kafka.listeners")
-    for listener in listeners:
-        if listener.protocol not in KAFKA_PROTOCOLS:
-            raise InvalidConfig(
-                f"kafka.listeners: {listener.protocol} is not served yet (only {', '.join(KAFKA_PROTOCOLS)})"
-            )
+    names = _protocol_map(properties.get("listener.security.protocol.map", ""))
+    listeners = parse_listeners(_by_protocol(text, names), "kafka.listeners")
     advertised = listeners
     if properties.get("kafka.advertised.listeners"):
-        advertised = parse_listeners(properties["kafka.advertised.listeners"], "kafka.advertised.listeners")
+        advertised_text = _by_protocol(properties["kafka.advertised.listeners"], names)
+        advertised = parse_listeners(advertised_text, "kafka.advertised.listeners")
         if sorted(a.protocol for a in advertised) != sorted(b.protocol for b in listeners):
-            raise InvalidConfig("kafka.advertised.listeners must name the same protocols as kafka.listeners")
+            raise InvalidConfig("kafka.advertised.listeners must name the same listeners as kafka.listeners")
     elif any(listener.host in ("0.0.0.0", "::", "") for listener in listeners):
         raise InvalidConfig("a Kafka listener binds every address: set kafka.advertised.listeners")
     return listeners, advertised
+
+
+def _protocol_map(text: str) -> dict[str, str]:
+    """``listener.security.protocol.map``: ``NAME:PROTOCOL,...``."""
+    names: dict[str, str] = {}
+    for item in (part.strip() for part in text.split(",")):
+        if not item:
+            continue
+        name, sep, protocol = item.partition(":")
+        if not sep or protocol.strip().upper() not in PROTOCOLS:
+            raise InvalidConfig(
+                f"listener.security.protocol.map: {item!r:.80} is not NAME:PROTOCOL (PROTOCOL one of "
+                f"{', '.join(PROTOCOLS)})"
+            )
+        names[name.strip().upper()] = protocol.strip().upper()
+    return names
+
+
+def _by_protocol(text: str, names: Mapping[str, str]) -> str:
+    """``text``'s listeners with each name replaced by its protocol."""
+    items = []
+    for item in (part.strip() for part in text.split(",") if part.strip()):
+        name, sep, address = item.partition("://")
+        protocol = names.get(name.upper(), name) if sep else name
+        items.append(f"{protocol}{sep}{address}")
+    return ",".join(items)
+
+
+def _refuse_open_kafka_listeners(
+    listeners: tuple[Listener, ...], kafka_listeners: tuple[Listener, ...], client_auth: bool
+) -> None:
+    """Without ACLs, a Kafka listener that lets anyone in (PLAINTEXT, or SSL without client
+    certificates) would let any client past a broker whose Flight listeners authenticate."""
+    authenticated = all(listener.sasl or (listener.tls and client_auth) for listener in listeners)
+    for listener in kafka_listeners:
+        if authenticated and not (listener.sasl or (listener.tls and client_auth)):
+            raise InvalidConfig(
+                f"kafka.listeners: a {listener.protocol} Kafka listener would let any client past this broker's "
+                "authentication: use SASL_SSL (or SSL with ssl.client.auth=required), or enable the authorizer"
+            )
 
 
 def _boolean(properties: Mapping[str, str], setting: str, default: str = "false") -> bool:

@@ -29,6 +29,8 @@ from sparklog.kafka.handlers import (
     offset_fetch,
     produce,
     producer_ids,
+    sasl_authenticate,
+    sasl_handshake,
     sync_group,
 )
 
@@ -56,7 +58,9 @@ TOPIC_ADMIN = (
     describe_cluster,
 )
 
+LOGIN = (sasl_handshake, sasl_authenticate)
+
 HANDLERS: dict[int, ApiHandler] = {
     module.API.key: ApiHandler(module.API, module.handle)
-    for module in (api_versions, metadata, *RECORDS, *GROUPS, *TOPIC_ADMIN)
+    for module in (api_versions, *LOGIN, metadata, *RECORDS, *GROUPS, *TOPIC_ADMIN)
 }

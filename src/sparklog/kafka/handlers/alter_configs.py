@@ -21,6 +21,7 @@ Result = AlterConfigsResponse.AlterConfigsResourceResponse
 def _replace(ctx: RequestContext, resource: Message, validate_only: bool) -> Message:
     named = {"resource_type": resource.resource_type, "resource_name": resource.resource_name}
     try:
+        admin.check_config_resource(ctx.may, resource.resource_type, resource.resource_name)
         refuse_unless_topic(resource.resource_type)
         ctx.broker.replace_topic_configs(resource.resource_name, admin.config_values(resource.configs), validate_only)
     except SparklogError as exc:

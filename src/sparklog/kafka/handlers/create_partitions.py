@@ -12,6 +12,7 @@ from kafka.protocol.admin import CreatePartitionsRequest, CreatePartitionsRespon
 from sparklog.errors import SparklogError
 from sparklog.kafka import admin
 from sparklog.kafka.api import ApiSpec, Message, RequestContext
+from sparklog.kafka.authorization import TOPIC
 
 API = ApiSpec(CreatePartitionsRequest, CreatePartitionsResponse, 0, 3)
 
@@ -21,6 +22,7 @@ Result = CreatePartitionsResponse.CreatePartitionsTopicResult
 def _grow(ctx: RequestContext, topic: Message, validate_only: bool, deadline: float | None) -> Message:
     replicas = None if topic.assignments is None else [list(a.broker_ids) for a in topic.assignments]
     try:
+        ctx.may.check(TOPIC, topic.name)
         ctx.broker.create_partitions(topic.name, topic.count, replicas or None, validate_only, deadline)
     except SparklogError as exc:
         return Result(name=topic.name, **admin.error_fields(exc))

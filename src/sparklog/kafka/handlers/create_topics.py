@@ -16,6 +16,7 @@ from kafka.protocol.admin import CreateTopicsRequest, CreateTopicsResponse
 from sparklog.errors import InvalidReplicaAssignment, InvalidRequest, SparklogError
 from sparklog.kafka import admin
 from sparklog.kafka.api import ApiSpec, Message, RequestContext
+from sparklog.kafka.authorization import CLUSTER, TOPIC
 from sparklog.kafka.broker_access import CreatedTopic
 
 API = ApiSpec(CreateTopicsRequest, CreateTopicsResponse, 2, 7)
@@ -70,6 +71,8 @@ def _created(version: int, name: str, created: CreatedTopic) -> Message:
 
 def _create(ctx: RequestContext, topic: Message, validate_only: bool, deadline: float | None) -> Message:
     try:
+        if not ctx.may.allowed(CLUSTER):  # Create on the cluster, else on the topic itself
+            ctx.may.check(TOPIC, topic.name)
         created = ctx.broker.create_topic(
             topic.name,
             None if topic.num_partitions == BROKER_DEFAULT else topic.num_partitions,

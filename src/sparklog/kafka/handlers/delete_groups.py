@@ -9,6 +9,7 @@ from kafka.protocol.admin import DeleteGroupsRequest, DeleteGroupsResponse
 from sparklog.errors import InvalidGroupId, SparklogError
 from sparklog.kafka import error_codes
 from sparklog.kafka.api import ApiSpec, Message, RequestContext
+from sparklog.kafka.authorization import GROUP
 from sparklog.kafka.group_placement import Placement
 from sparklog.names import check_group_id
 
@@ -18,6 +19,8 @@ Result = DeleteGroupsResponse.DeletableGroupResult
 
 
 def _delete(ctx: RequestContext, placement: Placement, group: str) -> int:
+    if refused := ctx.may.refusal(GROUP, group):
+        return refused
     if not placement.here(group):
         return error_codes.NOT_COORDINATOR
     try:

@@ -12,6 +12,7 @@ from kafka.protocol.admin import DeleteTopicsRequest, DeleteTopicsResponse
 from sparklog.errors import SparklogError
 from sparklog.kafka import admin
 from sparklog.kafka.api import ApiSpec, Message, RequestContext
+from sparklog.kafka.authorization import TOPIC
 
 API = ApiSpec(DeleteTopicsRequest, DeleteTopicsResponse, 1, 5)
 
@@ -20,6 +21,7 @@ Result = DeleteTopicsResponse.DeletableTopicResult
 
 def _delete(ctx: RequestContext, name: str, deadline: float | None) -> Message:
     try:
+        ctx.may.check(TOPIC, name)
         ctx.broker.delete_topic(name, deadline)
     except SparklogError as exc:
         return Result(name=name, **admin.error_fields(exc))

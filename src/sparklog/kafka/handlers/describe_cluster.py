@@ -18,7 +18,7 @@ Broker = DescribeClusterResponse.DescribeClusterBroker
 
 
 def handle(request: Message, ctx: RequestContext) -> Message:
-    cluster = ctx.broker.cluster([])
+    cluster = ctx.broker.cluster([], ctx.listener.protocol)
     if ctx.api_version >= 1 and request.endpoint_type != BROKERS:
         return ctx.response(
             API,

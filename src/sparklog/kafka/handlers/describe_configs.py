@@ -46,6 +46,7 @@ def _entries(ctx: RequestContext, resource: Message) -> Sequence[ConfigEntry]:
 def _describe(ctx: RequestContext, resource: Message, synonyms: bool) -> Message:
     named = {"resource_type": resource.resource_type, "resource_name": resource.resource_name}
     try:
+        admin.check_config_resource(ctx.may, resource.resource_type, resource.resource_name)
         entries = _entries(ctx, resource)
     except SparklogError as exc:
         return Result(configs=[], **named, **admin.error_fields(exc))

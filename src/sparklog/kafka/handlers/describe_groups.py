@@ -10,6 +10,7 @@ from kafka.protocol.admin import DescribeGroupsRequest, DescribeGroupsResponse
 from sparklog.errors import SparklogError
 from sparklog.kafka import error_codes
 from sparklog.kafka.api import ApiSpec, Message, RequestContext
+from sparklog.kafka.authorization import GROUP
 from sparklog.kafka.coordinator import GroupState
 from sparklog.kafka.group_placement import Placement
 
@@ -36,6 +37,9 @@ def handle(request: Message, ctx: RequestContext) -> Message:
     stored: set[str] | None = None
     out = []
     for group in request.groups:
+        if refused := ctx.may.refusal(GROUP, group):
+            out.append(_empty(group, refused, ""))
+            continue
         if not placement.here(group):
             out.append(_empty(group, error_codes.NOT_COORDINATOR, ""))
             continue

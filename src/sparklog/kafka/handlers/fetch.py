@@ -25,6 +25,7 @@ from kafka.protocol.consumer import FetchRequest, FetchResponse
 from sparklog.errors import InvalidRequest, SparklogError
 from sparklog.kafka import error_codes
 from sparklog.kafka.api import ApiSpec, Message, RequestContext
+from sparklog.kafka.authorization import TOPIC
 from sparklog.kafka.broker_access import PartitionRead, StoredBatch
 from sparklog.kafka.record_batch import BatchFields, encode_batch
 
@@ -143,6 +144,12 @@ def handle(request: Message, ctx: RequestContext) -> Message:
     deadline = time.monotonic() + max(0, request.max_wait_ms) / 1000
     min_bytes = max(0, request.min_bytes)
     max_bytes = request.max_bytes if ctx.api_version >= 3 else 2**31 - 1
+
+    refused = {t.topic for t in request.topics if not ctx.may.allowed(TOPIC, t.topic)}
+    for item in items:
+        if item.topic in refused:
+            item.answer(error_code=error_codes.TOPIC_AUTHORIZATION_FAILED)
+            item.done = True
 
     def give_up() -> bool:  # the broker stops, or the client left: nobody waits for the answer
         return ctx.stopping() or ctx.client_gone()

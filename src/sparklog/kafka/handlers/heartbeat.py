@@ -7,13 +7,16 @@ from kafka.protocol.consumer import HeartbeatRequest, HeartbeatResponse
 
 from sparklog.kafka import error_codes
 from sparklog.kafka.api import ApiSpec, Message, RequestContext
+from sparklog.kafka.authorization import GROUP
 from sparklog.kafka.group_placement import Placement
 
 API = ApiSpec(HeartbeatRequest, HeartbeatResponse, 0, 4)
 
 
 def handle(request: Message, ctx: RequestContext) -> Message:
-    if not Placement(ctx).here(request.group_id):
+    if refused := ctx.may.refusal(GROUP, request.group_id):
+        error = refused
+    elif not Placement(ctx).here(request.group_id):
         error = error_codes.NOT_COORDINATOR
     else:
         error = ctx.listener.groups.heartbeat(request.group_id, request.generation_id, request.member_id)

@@ -62,6 +62,7 @@ def refuse_unless_topic(resource_type: int) -> None:
 def _alter(ctx: RequestContext, resource: Message, validate_only: bool) -> Message:
     named = {"resource_type": resource.resource_type, "resource_name": resource.resource_name}
     try:
+        admin.check_config_resource(ctx.may, resource.resource_type, resource.resource_name)
         refuse_unless_topic(resource.resource_type)
         values, deleted = changes(resource.configs)
         ctx.broker.alter_topic_configs(resource.resource_name, values, deleted, validate_only)

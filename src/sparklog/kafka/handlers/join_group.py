@@ -11,6 +11,7 @@ from kafka.protocol.consumer import JoinGroupRequest, JoinGroupResponse
 from sparklog.errors import InvalidGroupId
 from sparklog.kafka import error_codes
 from sparklog.kafka.api import ApiSpec, Message, RequestContext
+from sparklog.kafka.authorization import GROUP
 from sparklog.kafka.coordinator import JoinRequest, JoinResult
 from sparklog.kafka.group_placement import Placement
 from sparklog.names import check_group_id
@@ -42,6 +43,8 @@ def _answer(ctx: RequestContext, result: JoinResult) -> Message:
 def handle(request: Message, ctx: RequestContext) -> Message:
     version = ctx.api_version
     member_id = request.member_id or ""
+    if refused := ctx.may.refusal(GROUP, request.group_id):
+        return _answer(ctx, JoinResult(refused, member_id))
     if not Placement(ctx).here(request.group_id):
         return _answer(ctx, JoinResult(error_codes.NOT_COORDINATOR, member_id))
     try:

@@ -9,6 +9,7 @@ from kafka.protocol.consumer import OffsetForLeaderEpochRequest, OffsetForLeader
 from sparklog.errors import SparklogError
 from sparklog.kafka import error_codes
 from sparklog.kafka.api import ApiSpec, Message, RequestContext
+from sparklog.kafka.authorization import TOPIC
 
 API = ApiSpec(OffsetForLeaderEpochRequest, OffsetForLeaderEpochResponse, 2, 4)
 
@@ -18,6 +19,7 @@ P = T.EpochEndOffset
 
 def _partition(ctx: RequestContext, topic: str, part: Message) -> Message:
     try:
+        ctx.may.check(TOPIC, topic)
         ctx.broker.offsets(topic, part.partition, part.current_leader_epoch)  # leadership and epoch fencing
         epoch, end = ctx.broker.epoch_end(topic, part.partition, part.leader_epoch)
         return P(error_code=error_codes.NONE, partition=part.partition, leader_epoch=epoch, end_offset=end)

@@ -8,6 +8,7 @@ from kafka.protocol.consumer import LeaveGroupRequest, LeaveGroupResponse
 
 from sparklog.kafka import error_codes
 from sparklog.kafka.api import ApiSpec, Message, RequestContext
+from sparklog.kafka.authorization import GROUP
 from sparklog.kafka.group_placement import Placement
 
 API = ApiSpec(LeaveGroupRequest, LeaveGroupResponse, 0, 5)
@@ -21,6 +22,8 @@ def handle(request: Message, ctx: RequestContext) -> Message:
         leaving = [(m.member_id or "", m.group_instance_id) for m in request.members]
     else:
         leaving = [(request.member_id or "", None)]
+    if refused := ctx.may.refusal(GROUP, request.group_id):
+        return ctx.response(API, throttle_time_ms=0, error_code=refused, members=[])
     if not Placement(ctx).here(request.group_id):
         return ctx.response(API, throttle_time_ms=0, error_code=error_codes.NOT_COORDINATOR, members=[])
     errors = ctx.listener.groups.leave(request.group_id, leaving)

@@ -10,6 +10,7 @@ from kafka.protocol.admin import ListGroupsRequest, ListGroupsResponse
 from sparklog.errors import SparklogError
 from sparklog.kafka import error_codes
 from sparklog.kafka.api import ApiSpec, Message, RequestContext
+from sparklog.kafka.authorization import CLUSTER, GROUP
 from sparklog.kafka.coordinator import GroupState
 from sparklog.kafka.group_placement import Placement
 
@@ -21,9 +22,12 @@ GROUP_TYPE = "classic"
 def handle(request: Message, ctx: RequestContext) -> Message:
     placement = Placement(ctx)
 
+    every = ctx.may.allowed(CLUSTER)  # Describe on the cluster lists every group, else those described
+
     def here(group: str) -> bool:
         chosen = placement.coordinator(group)
-        return chosen is not None and chosen.broker_id == placement.broker_id
+        mine = chosen is not None and chosen.broker_id == placement.broker_id
+        return mine and (every or ctx.may.allowed(GROUP, group))
 
     try:
         stored = ctx.broker.groups()

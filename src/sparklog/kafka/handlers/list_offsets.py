@@ -10,6 +10,7 @@ from kafka.protocol.consumer import ListOffsetsRequest, ListOffsetsResponse
 from sparklog.errors import InvalidRequest, SparklogError
 from sparklog.kafka import error_codes
 from sparklog.kafka.api import ApiSpec, Message, RequestContext
+from sparklog.kafka.authorization import TOPIC
 
 API = ApiSpec(ListOffsetsRequest, ListOffsetsResponse, 1, 6)
 
@@ -22,6 +23,7 @@ P = T.ListOffsetsPartitionResponse
 
 def _partition(ctx: RequestContext, topic: str, part: Message) -> Message:
     try:
+        ctx.may.check(TOPIC, topic)
         offsets = ctx.broker.offsets(topic, part.partition_index, part.current_leader_epoch)
         if part.timestamp == LATEST:
             offset, timestamp = offsets.high_watermark, -1

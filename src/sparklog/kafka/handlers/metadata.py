@@ -3,19 +3,23 @@ topic's partitions (leader, leader epoch, replicas, ISR). An unknown topic is
 ``UNKNOWN_TOPIC_OR_PARTITION``, unless the request allows creating it (``allow_auto_topic_creation``,
 v4+; always in older versions) and the broker's ``auto.create.topics.enable`` is on (Kafka's
 default): then it is created with the default partitions and replication factor, as Kafka does,
-and answered ``LEADER_NOT_AVAILABLE`` until its leaders are elected (clients ask again)."""
+and answered ``LEADER_NOT_AVAILABLE`` until its leaders are elected (clients ask again). A topic
+the principal may not Describe is left out of a listing of every topic and refused when named;
+creating one also needs Create on the cluster or on the topic."""
 
 from __future__ import annotations
 
 import logging
 import time
 import uuid
+from collections.abc import Sequence
 
 from kafka.protocol.metadata import MetadataRequest, MetadataResponse
 
 from sparklog.errors import SparklogError, UnknownTopic
 from sparklog.kafka import error_codes
 from sparklog.kafka.api import ApiSpec, Message, RequestContext
+from sparklog.kafka.authorization import CLUSTER, CREATE, DESCRIBE, TOPIC
 from sparklog.kafka.broker_access import TopicInfo
 
 log = logging.getLogger(__name__)
@@ -74,15 +78,40 @@ def _auto_create(ctx: RequestContext, unknown: list[str]) -> None:
             log.info("auto-creating topic %r: %s", name, exc)
 
 
+def _may_create(ctx: RequestContext, name: str) -> bool:
+    """Create on the cluster, or on the topic itself (Kafka's rule for auto-creation)."""
+    return ctx.may.allowed(CLUSTER, operation=CREATE) or ctx.may.allowed(TOPIC, name, CREATE)
+
+
+def _describable(ctx: RequestContext, topics: Sequence[TopicInfo], listing: bool) -> list[TopicInfo]:
+    """The topics the principal may Describe; in a listing the others are left out, when named
+    they are ``TOPIC_AUTHORIZATION_FAILED``."""
+    kept: list[TopicInfo] = []
+    for info in topics:
+        try:
+            ctx.may.check(TOPIC, info.name, DESCRIBE)
+            kept.append(info)
+        except SparklogError as exc:
+            if not listing:
+                kept.append(TopicInfo(info.name, exc))
+    return kept
+
+
 def handle(request: Message, ctx: RequestContext) -> Message:
     names = requested_topics(request, ctx.api_version)
-    cluster = ctx.broker.cluster(names)
+    cluster = ctx.broker.cluster(names, ctx.listener.protocol)
     allowed = ctx.api_version < 4 or request.allow_auto_topic_creation
     if names and allowed and ctx.listener.auto_create_topics:
-        unknown = [t.name for t in cluster.topics if isinstance(t.error, UnknownTopic)]
+        unknown = [
+            t.name
+            for t in cluster.topics
+            if isinstance(t.error, UnknownTopic)
+            and ctx.may.allowed(TOPIC, t.name, DESCRIBE)
+            and _may_create(ctx, t.name)
+        ]
         if unknown:
             _auto_create(ctx, unknown)
-            cluster = ctx.broker.cluster(names)
+            cluster = ctx.broker.cluster(names, ctx.listener.protocol)
     B = MetadataResponse.MetadataResponseBroker
     return ctx.response(
         API,
@@ -90,5 +119,5 @@ def handle(request: Message, ctx: RequestContext) -> Message:
         brokers=[B(node_id=b.broker_id, host=b.host, port=b.port, rack=None) for b in cluster.brokers],
         cluster_id=cluster.cluster_id,
         controller_id=cluster.controller_id,
-        topics=[_topic(t) for t in cluster.topics],
+        topics=[_topic(t) for t in _describable(ctx, cluster.topics, names is None)],
     )

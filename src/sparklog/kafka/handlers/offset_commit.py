@@ -18,6 +18,7 @@ from kafka.protocol.consumer import OffsetCommitRequest, OffsetCommitResponse
 from sparklog.errors import InvalidGroupId, SparklogError
 from sparklog.kafka import error_codes
 from sparklog.kafka.api import ApiSpec, Message, RequestContext
+from sparklog.kafka.authorization import GROUP, TOPIC
 from sparklog.kafka.broker_access import TopicPartition
 from sparklog.kafka.group_placement import Placement
 from sparklog.names import check_group_id
@@ -29,6 +30,8 @@ Partition = Topic.OffsetCommitResponsePartition
 
 
 def _group_error(request: Message, ctx: RequestContext) -> int:
+    if refused := ctx.may.refusal(GROUP, request.group_id):
+        return refused
     if not Placement(ctx).here(request.group_id):
         return error_codes.NOT_COORDINATOR
     try:
@@ -46,13 +49,18 @@ def handle(request: Message, ctx: RequestContext) -> Message:
     if group_error != error_codes.NONE:
         errors = {(t.name, p.partition_index): group_error for t in request.topics for p in t.partitions}
     else:
-        topics = {info.name: info for info in ctx.broker.cluster(list({t.name for t in request.topics})).topics}
+        topics = {
+            info.name: info
+            for info in ctx.broker.cluster(list({t.name for t in request.topics}), ctx.listener.protocol).topics
+        }
         offsets: dict[TopicPartition, int] = {}
         for t in request.topics:
             info = topics[t.name]
             for p in t.partitions:
                 key = (t.name, p.partition_index)
-                if info.error is not None:
+                if refused := ctx.may.refusal(TOPIC, t.name):
+                    errors[key] = refused
+                elif info.error is not None:
                     errors[key] = error_codes.error_code(info.error)
                 elif not 0 <= p.partition_index < len(info.partitions):
                     errors[key] = error_codes.UNKNOWN_TOPIC_OR_PARTITION

@@ -10,6 +10,7 @@ from kafka.protocol.consumer import OffsetDeleteRequest, OffsetDeleteResponse
 from sparklog.errors import SparklogError
 from sparklog.kafka import error_codes
 from sparklog.kafka.api import ApiSpec, Message, RequestContext
+from sparklog.kafka.authorization import GROUP, TOPIC
 from sparklog.kafka.group_placement import Placement
 
 API = ApiSpec(OffsetDeleteRequest, OffsetDeleteResponse, 0, 0)
@@ -21,6 +22,8 @@ Partition = Topic.OffsetDeleteResponsePartition
 
 
 def _group_error(ctx: RequestContext, group: str) -> int:
+    if refused := ctx.may.refusal(GROUP, group):
+        return refused
     if not Placement(ctx).here(group):
         return error_codes.NOT_COORDINATOR
     summary = ctx.listener.groups.describe(group)
@@ -36,6 +39,8 @@ def _group_error(ctx: RequestContext, group: str) -> int:
 
 
 def _topic_error(ctx: RequestContext, group: str, topic: str, partitions: list[int]) -> int:
+    if refused := ctx.may.refusal(TOPIC, topic):
+        return refused
     subscribed = ctx.listener.groups.subscribed_topics(group)
     if subscribed is None or topic in subscribed:
         return error_codes.GROUP_SUBSCRIBED_TO_TOPIC

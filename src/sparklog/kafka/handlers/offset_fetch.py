@@ -15,6 +15,7 @@ from kafka.protocol.consumer import OffsetFetchRequest, OffsetFetchResponse
 from sparklog.errors import SparklogError
 from sparklog.kafka import error_codes
 from sparklog.kafka.api import ApiSpec, Message, RequestContext
+from sparklog.kafka.authorization import GROUP, TOPIC
 from sparklog.kafka.group_placement import Placement
 
 API = ApiSpec(OffsetFetchRequest, OffsetFetchResponse, 1, 9)  # 10 names topics by id only
@@ -28,7 +29,10 @@ Offsets = list[tuple[str, list[tuple[int, int, int]]]]
 def group_offsets(
     ctx: RequestContext, placement: Placement, group: str, topics: Sequence[tuple[str, Sequence[int]]] | None
 ) -> tuple[int, Offsets]:
-    """(group error, offsets by topic) of one group."""
+    """(group error, offsets by topic) of one group: a topic the principal may not Describe is
+    left out of every topic's offsets, and refused when named."""
+    if refused := ctx.may.refusal(GROUP, group):
+        return refused, []
     if not placement.here(group):
         return error_codes.NOT_COORDINATOR, []
     try:
@@ -36,10 +40,15 @@ def group_offsets(
             committed = ctx.broker.committed_offsets(group)
             by_topic: dict[str, list[tuple[int, int, int]]] = {}
             for (topic, partition), offset in sorted(committed.items()):
+                if not ctx.may.allowed(TOPIC, topic):
+                    continue
                 by_topic.setdefault(topic, []).append((partition, offset, error_codes.NONE))
             return error_codes.NONE, list(by_topic.items())
         out: Offsets = []
         for topic, partitions in topics:
+            if refused := ctx.may.refusal(TOPIC, topic):
+                out.append((topic, [(p, NO_OFFSET, refused) for p in partitions]))
+                continue
             try:
                 committed = ctx.broker.committed_offsets(group, topic)
                 error = error_codes.NONE

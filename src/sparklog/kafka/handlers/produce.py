@@ -19,6 +19,7 @@ from kafka.protocol.producer import ProduceRequest, ProduceResponse
 from sparklog.errors import InvalidRecord, InvalidRequest, NotLeader, RecordTooLarge, SparklogError
 from sparklog.kafka import error_codes
 from sparklog.kafka.api import ApiSpec, Message, RequestContext
+from sparklog.kafka.authorization import TOPIC
 from sparklog.kafka.broker_access import Appended
 from sparklog.kafka.record_batch import (
     CONTROL_MASK,
@@ -96,6 +97,7 @@ def handle(request: Message, ctx: RequestContext) -> Message | None:
                     raise InvalidRequest(f"acks must be -1, 0 or 1, got {request.acks}")
                 if request.transactional_id is not None:
                     raise InvalidRequest("transactions are not supported")
+                ctx.may.check(TOPIC, topic_data.name)
                 if ctx.stopping():
                     raise NotLeader("the broker is shutting down")
                 outcome = _append(ctx, topic_data.name, part.index, part.records, acks)

@@ -8,6 +8,7 @@ from kafka.protocol.consumer import SyncGroupRequest, SyncGroupResponse
 
 from sparklog.kafka import error_codes
 from sparklog.kafka.api import ApiSpec, Message, RequestContext
+from sparklog.kafka.authorization import GROUP
 from sparklog.kafka.coordinator import SyncResult
 from sparklog.kafka.group_placement import Placement
 
@@ -15,7 +16,9 @@ API = ApiSpec(SyncGroupRequest, SyncGroupResponse, 0, 5)
 
 
 def handle(request: Message, ctx: RequestContext) -> Message:
-    if not Placement(ctx).here(request.group_id):
+    if refused := ctx.may.refusal(GROUP, request.group_id):
+        result = SyncResult(refused)
+    elif not Placement(ctx).here(request.group_id):
         result = SyncResult(error_codes.NOT_COORDINATOR)
     else:
         named = ctx.api_version >= 5  # the request names the protocol it expects
