@@ -168,8 +168,10 @@ class LocalCluster:
         secure: bool = False,
         lake_dir: str | os.PathLike[str] | None = None,
         kafka_ports: list[int] | None = None,
+        broker_properties: dict[str, str] | None = None,
     ) -> None:
-        """``kafka_ports``: each broker's Kafka-protocol listener (default: free ports; plaintext,
+        """``broker_properties``: more settings for a ``secure`` cluster's brokers (their
+        properties files). ``kafka_ports``: each broker's Kafka-protocol listener (default: free ports; plaintext,
         or SASL_SSL on a ``secure`` cluster, whose Kafka clients then need
         :meth:`kafka_client_config`). ``secure``: TLS, SCRAM and ACLs as ``sparklog up --secure`` sets them up
         (:mod:`sparklog.security.local_setup`); clients then need :meth:`client_config`. The
@@ -180,6 +182,7 @@ class LocalCluster:
         self.data_dir = Path(data_dir)
         self._dir_lock = DirLock(self.data_dir, "the cluster's data dir")
         self.secure = secure
+        self.broker_properties = dict(broker_properties or {})
         self.security: LocalSecurity | None = None
         self.embedded: EmbeddedZooKeeper | None = None
         if zookeeper is None:
@@ -235,7 +238,9 @@ class LocalCluster:
             self.data_dir, self.zookeeper, ports, lock_zookeeper_root=self.embedded is not None, kafka_ports=kafka
         )
         for broker in self.brokers.values():
-            config = self.security.broker_config(broker.broker_id, broker.port, broker.kafka_port)
+            config = self.security.broker_config(
+                broker.broker_id, broker.port, broker.kafka_port, self.broker_properties
+            )
             broker.extra_args = ["--config", str(config)]
             broker.owner_only = True
         restrict_tree(self.data_dir)  # certificates, an earlier run's data

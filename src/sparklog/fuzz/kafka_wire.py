@@ -12,10 +12,13 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import socket
+import ssl
 import struct
 from typing import Any
 
+import scramp
 from kafka.protocol.api_header import ResponseClassRegistry
+from kafka.protocol.sasl import SaslAuthenticateRequest, SaslHandshakeRequest
 
 from sparklog.kafka.record_batch import BatchFields, encode_batch
 
@@ -26,12 +29,18 @@ CLIENT_ID = "sparklog-fuzz"
 _SIZE = struct.Struct(">i")
 
 
-class KafkaWire:
-    """One TCP connection to a Kafka listener."""
+def client_tls(ca_location: str) -> ssl.SSLContext:
+    """A TLS client context trusting the CA in ``ca_location`` (PEM), checking the broker's name."""
+    return ssl.create_default_context(cafile=ca_location)
 
-    def __init__(self, host: str, port: int, timeout: float = 10.0) -> None:
-        self.sock = socket.create_connection((host, port), timeout=timeout)
-        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+class KafkaWire:
+    """One TCP connection to a Kafka listener (over TLS with ``tls``)."""
+
+    def __init__(self, host: str, port: int, timeout: float = 10.0, tls: ssl.SSLContext | None = None) -> None:
+        sock = socket.create_connection((host, port), timeout=timeout)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.sock = tls.wrap_socket(sock, server_hostname=host) if tls is not None else sock
         self.timeout = timeout
         self.correlation_id = 0
         self.closed = False
@@ -109,6 +118,25 @@ class KafkaWire:
         answer = self.exchange(request, timeout)
         assert answer.response is not None, f"{request.name} v{request.API_VERSION}: {answer.problem}"
         return answer.response
+
+    def login(self, user: str, password: str, mechanism: str = "SCRAM-SHA-256") -> Answer:
+        """A SASL login as Kafka's clients do it (SaslHandshake v1, then SaslAuthenticate v2 with
+        each message, SCRAM's computed by ``scramp``); the last answer (its error code says whether
+        the login worked)."""
+        handshake = self.exchange(SaslHandshakeRequest[1](mechanism=mechanism))
+        if handshake.response is None or handshake.response.error_code:
+            return handshake
+        if mechanism == "PLAIN":
+            return self.exchange(SaslAuthenticateRequest[2](auth_bytes=f"\0{user}\0{password}".encode()))
+        client = scramp.ScramClient([mechanism], user, password)
+        first = self.exchange(SaslAuthenticateRequest[2](auth_bytes=client.get_client_first().encode()))
+        if first.response is None or first.response.error_code:
+            return first
+        client.set_server_first(bytes(first.response.auth_bytes).decode())
+        final = self.exchange(SaslAuthenticateRequest[2](auth_bytes=client.get_client_final().encode()))
+        if final.response is not None and not final.response.error_code:
+            client.set_server_final(bytes(final.response.auth_bytes).decode())  # the broker's proof
+        return final
 
     def closed_by_broker(self, timeout: float | None = None) -> bool:
         """Whether the broker closes the connection (reading until it does, or a timeout)."""

@@ -51,9 +51,11 @@ class LocalSecurity:
     def zookeeper_digest(self) -> ZooKeeperDigest:
         return ZooKeeperDigest("sparklog", self.passwords["zookeeper"])
 
-    def broker_config(self, broker_id: int, port: int, kafka_port: int | None = None) -> Path:
+    def broker_config(
+        self, broker_id: int, port: int, kafka_port: int | None = None, extra: dict[str, str] | None = None
+    ) -> Path:
         """Broker ``broker_id``'s properties file (listening on ``port``, and for Kafka clients on
-        ``kafka_port`` unless it is None)."""
+        ``kafka_port`` unless it is None; ``extra``: more settings, which win)."""
         path = self.directory / f"broker-{broker_id}.properties"
         kafka = {} if kafka_port is None else {"kafka.listeners": f"SASL_SSL://{HOST}:{kafka_port}"}
         settings = {
@@ -70,6 +72,7 @@ class LocalSecurity:
             "authorizer.enabled": "true",
             "zookeeper.digest": f"sparklog:{self.passwords['zookeeper']}",
             "log.dirs.owner.only": "true",
+            **(extra or {}),
         }
         _write_private(path, _properties(settings))
         return path
