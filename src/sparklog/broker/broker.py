@@ -255,6 +255,8 @@ class Broker:
             lambda: self.live_brokers,
             self.catalog.topic_metadata,
             states.states,
+            self.data_dir,
+            lambda: self.replicas.partitions,
         )
         ports = {}
         groups = GroupCoordinator()  # one per broker, whichever listener a group's members come through

@@ -48,6 +48,11 @@ INVALID_REPLICATION_FACTOR = kerr.InvalidReplicationFactorError.errno
 INVALID_REPLICA_ASSIGNMENT = kerr.InvalidReplicationAssignmentError.errno
 INVALID_CONFIG = kerr.InvalidConfigurationError.errno
 UNSUPPORTED_ENDPOINT_TYPE = kerr.UnsupportedEndpointTypeError.errno
+# security administration (users' SCRAM credentials, ACLs, client quotas)
+UNSUPPORTED_SASL_MECHANISM = kerr.UnsupportedSaslMechanismError.errno
+RESOURCE_NOT_FOUND = kerr.ResourceNotFoundError.errno
+DUPLICATE_RESOURCE = kerr.DuplicateResourceError.errno
+UNACCEPTABLE_CREDENTIAL = kerr.UnacceptableCredentialError.errno
 
 # sparklog's error codes (``SparklogError.code``) -> Kafka's
 _BY_CODE: dict[str, int] = {
