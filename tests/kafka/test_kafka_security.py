@@ -8,6 +8,7 @@ of the module logs in again while it works (KIP-368)."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import threading
@@ -97,16 +98,17 @@ def allow(kafka_admin: AdminClient, user: str, operation: AclOperation, kind: Re
 def produce_all(config: dict[str, object], topic: str, values: list[bytes]) -> list[KafkaError | None]:
     """Each value's delivery outcome (None: acknowledged)."""
     outcomes: list[KafkaError | None] = []
-    producer = KafkaProducer({**config, "partitioner": "murmur2_random", "message.timeout.ms": 20000})
+    producer = KafkaProducer({"partitioner": "murmur2_random", "message.timeout.ms": 20000, **config})
     for value in values:
         producer.produce(topic, value=value, key=value, on_delivery=lambda err, _msg: outcomes.append(err))
     producer.flush(60)
     return outcomes
 
 
-def first_error(config: dict[str, object], topic: str, partitions: int) -> KafkaError | None:
-    """The error a consumer (assigned, no group) gets reading ``topic``, if any, within a few seconds."""
-    consumer = KafkaConsumer({**config, "group.id": "unused", "enable.auto.commit": False})
+def first_error(config: dict[str, object], topic: str, partitions: int, group: str) -> KafkaError | None:
+    """The error a consumer (assigned; librdkafka still finds ``group``'s coordinator) gets reading
+    ``topic``, if any, within a few seconds."""
+    consumer = KafkaConsumer({**config, "group.id": group, "enable.auto.commit": False})
     try:
         consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
         deadline = time.monotonic() + 20
@@ -131,13 +133,17 @@ def test_a_user_the_admin_adds_writes_what_its_acls_allow_and_nothing_more(
     values = [f"event-{i}".encode() for i in range(200)]
     assert produce_all(alice, "sec-events", values) == [None] * len(values)
 
-    refused = first_error(alice, "sec-events", 2)
+    no_group = first_error(alice, "sec-events", 2, "alices-group")
+    assert no_group is not None and no_group.code() == KafkaError.GROUP_AUTHORIZATION_FAILED, no_group
+    allow(kafka_admin, "alice", AclOperation.READ, ResourceType.GROUP, "alices-group")
+    refused = first_error(alice, "sec-events", 2, "alices-group")
     assert refused is not None and refused.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED, refused
 
-    listed = AdminClient(alice).list_topics(timeout=20).topics
+    alice_admin = AdminClient(alice)
+    listed = alice_admin.list_topics(timeout=20).topics
     assert "sec-events" in listed and "sec-hidden" not in listed  # Write implies Describe; nothing else
 
-    created = AdminClient(alice).create_topics([NewTopic("sec-alices-own", 1, 1)])
+    created = alice_admin.create_topics([NewTopic("sec-alices-own", 1, 1)])
     with pytest.raises(Exception) as denied:
         wait_all(created)
     assert denied.value.args[0].code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
@@ -289,17 +295,26 @@ def test_a_new_login_as_another_user_is_refused(
 
 
 def test_librdkafka_logs_in_again_while_it_produces(admin_config: dict[str, str], kafka_admin: AdminClient) -> None:
+    """Over three session lifetimes, librdkafka logs in again on its open connections: none is
+    closed by the broker (which would close one whose session ran out) and every record lands."""
     create_topic(kafka_admin, "sec-long")
-    producer = KafkaProducer({**admin_config, "partitioner": "murmur2_random"})
+    stats: list[dict] = []
+    config = {**admin_config, "statistics.interval.ms": 1000, "stats_cb": lambda text: stats.append(json.loads(text))}
+    producer = KafkaProducer({**config, "partitioner": "murmur2_random"})
     outcomes: list[KafkaError | None] = []
     sent = 0
-    deadline = time.monotonic() + 3 * REAUTH_MS / 1000  # three lifetimes: the client must log in again
+    deadline = time.monotonic() + 3 * REAUTH_MS / 1000
     while time.monotonic() < deadline:
         producer.produce("sec-long", value=f"{sent}".encode(), on_delivery=lambda err, _m: outcomes.append(err))
         sent += 1
         producer.poll(0.02)
     producer.flush(60)
+    producer.poll(1.5)  # one more statistics report
     assert len(outcomes) == sent and all(o is None for o in outcomes)
+    brokers = [b for b in stats[-1]["brokers"].values() if b["nodeid"] >= 0 and b["connects"] > 0]
+    assert brokers and all(b["disconnects"] == 0 for b in brokers), [
+        (b["name"], b["connects"], b["disconnects"]) for b in stats[-1]["brokers"].values()
+    ]
 
 
 def test_a_removed_user_loses_its_open_connections(
@@ -311,7 +326,8 @@ def test_a_removed_user_loses_its_open_connections(
         assert wire.request(MetadataRequest[12](topics=None)).brokers
         info = ScramMechanism.SCRAM_SHA_256
         wait_all(kafka_admin.alter_user_scram_credentials([UserScramCredentialDeletion("dave", info)]))
-        wait_for(lambda: wire.exchange(MetadataRequest[12](topics=None)).problem == CLOSED, timeout=10)
+        ended = lambda: wire.exchange(MetadataRequest[12](topics=None)).problem == CLOSED  # noqa: E731
+        wait_for(ended, 10, "the removed user's connection to close")
     with tls_wire(cluster) as again:
         assert again.login("dave", "dave-secret").response.error_code == error_codes.SASL_AUTHENTICATION_FAILED
 

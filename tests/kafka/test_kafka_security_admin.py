@@ -59,8 +59,8 @@ from sparklog.security.acls import (
 )
 from sparklog.security.acls import ResourceType as SparklogResourceType
 from sparklog.security.credential_store import CredentialStore
+from sparklog.security.credentials import new_salt, salted_password
 from sparklog.security.quotas import Quota
-from sparklog.security.scram import new_salt, salted_password
 from waiting import wait_for
 
 TIMEOUT_S = 30.0
