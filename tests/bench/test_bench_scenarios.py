@@ -30,6 +30,15 @@ def test_produce_and_consume_secure_run_over_sasl_ssl() -> None:
     assert consumed["secure"] is True and consumed["records"] == 20_000  # the scenario checks it read every record
 
 
+def test_kafka_clients_run_over_sasl_ssl() -> None:
+    from sparklog.bench import kafka_clients
+
+    result = kafka_clients.run(records=5_000, partitions=2, secure=True)
+    assert result["security_protocol"] == "SASL_SSL"
+    # the consume side counts every record it read (it stops at what was produced, or fails at its deadline)
+    assert result["send_records_per_s"] > 0 and result["python_client_records_per_s"] > 0
+
+
 def test_consume_with_fields_compares_a_projection_with_every_column() -> None:
     result = broker_scenarios.consume(records=40_000, batch_records=5_000, partitions=2, repeat=1, fields="f0,f1")
     assert result["scenario"] == "consume-fields" and result["records"] == 40_000

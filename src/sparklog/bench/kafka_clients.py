@@ -7,6 +7,8 @@ as asked), then a confluent-kafka consumer reading them all back (partitions ass
 (:mod:`sparklog.bench.kafka_peer`), so the ratio compares brokers, not clients.
 
 Figures: ``send_records_per_s`` (produce) and ``python_client_records_per_s`` (consume).
+``--secure`` runs the same clients over SASL_SSL (SCRAM-SHA-256, TLS) against a secured cluster's
+Kafka listeners, as the admin (ACLs on): the cost of security, against the plaintext figures.
 
 ``sparklog bench kafka-spark-read``: Spark's own ``format("kafka")`` connector reading a topic that
 confluent-kafka filled (``read_records_per_s``), through sparklog's Kafka listener or from Kafka.
@@ -30,18 +32,25 @@ from sparklog.bench.kafka_peer import (
 PRODUCER_CONFIG = {"compression.type": "lz4", "linger.ms": 5}
 
 
-def _workload(bootstrap: str, records: int, value_bytes: int, partitions: int, acks: str) -> dict[str, Any]:
-    produced = confluent_produce(bootstrap, TOPIC, records, value_bytes, acks, dict(PRODUCER_CONFIG))
-    consumed = confluent_consume(bootstrap, TOPIC, records + 1, partitions)  # + the producer's warm-up record
+def _workload(
+    bootstrap: str, records: int, value_bytes: int, partitions: int, acks: str, security: dict[str, str] | None = None
+) -> dict[str, Any]:
+    """``security``: the clients' security settings (librdkafka's names; None: plaintext)."""
+    security = {k: v for k, v in (security or {}).items() if k != "bootstrap.servers"}
+    produced = confluent_produce(bootstrap, TOPIC, records, value_bytes, acks, {**PRODUCER_CONFIG, **security})
+    consumed = confluent_consume(bootstrap, TOPIC, records + 1, partitions, security)  # + the warm-up record
     return {
         "send_records_per_s": produced["send_records_per_s"],
         "python_client_records_per_s": consumed["records_per_s"],
     }
 
 
-def _result(records: int, value_bytes: int, partitions: int, acks: str, replication_factor: int) -> dict[str, Any]:
+def _result(
+    records: int, value_bytes: int, partitions: int, acks: str, replication_factor: int, secure: bool = False
+) -> dict[str, Any]:
     return {
         "scenario": "kafka-clients",
+        "security_protocol": "SASL_SSL" if secure else "PLAINTEXT",
         "records": records,
         "value_bytes": value_bytes,
         "partitions": partitions,
@@ -58,21 +67,24 @@ def run(
     acks: str = "1",
     replication_factor: int = 1,
     brokers: int = 1,
+    secure: bool = False,
     **_: Any,
 ) -> dict[str, Any]:
-    """confluent-kafka into a local sparklog cluster's Kafka listeners."""
+    """confluent-kafka into a local sparklog cluster's Kafka listeners (``secure``: SASL_SSL)."""
     from sparklog.client.admin import Admin
     from sparklog.local_cluster import LocalCluster
 
     with (
         tempfile.TemporaryDirectory(prefix="sparklog-bench-kafka-clients-") as tmp,
-        LocalCluster(tmp, brokers=max(brokers, replication_factor)) as cluster,
+        LocalCluster(tmp, brokers=max(brokers, replication_factor), secure=secure) as cluster,
     ):
         configs = {"min.insync.replicas": str(min(2, replication_factor))} if replication_factor > 1 else {}
-        with Admin(bootstrap_servers=cluster.bootstrap_servers) as admin:
+        address = {"config": cluster.client_config()} if secure else {"bootstrap_servers": cluster.bootstrap_servers}
+        with Admin(**address) as admin:
             admin.create_topic(TOPIC, partitions, replication_factor, configs)
-        figures = _workload(cluster.kafka_bootstrap_servers, records, value_bytes, partitions, acks)
-    return {**_result(records, value_bytes, partitions, acks, replication_factor), **figures}
+        security = cluster.kafka_client_config() if secure else None
+        figures = _workload(cluster.kafka_bootstrap_servers, records, value_bytes, partitions, acks, security)
+    return {**_result(records, value_bytes, partitions, acks, replication_factor, secure), **figures}
 
 
 def kafka_run(

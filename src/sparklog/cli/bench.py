@@ -76,8 +76,8 @@ def add_bench(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--secure",
         action="store_true",
-        help="produce, consume: brokers with SASL_SSL (SCRAM-SHA-256) and ACLs, as `sparklog up --secure` "
-        "(default: plaintext, no ACLs)",
+        help="produce, consume, kafka-clients: brokers with SASL_SSL (SCRAM-SHA-256) and ACLs, as `sparklog up "
+        "--secure` (kafka-clients: SASL_SSL Kafka listeners; default: plaintext, no ACLs)",
     )
     p.add_argument(
         "--unclean",
@@ -101,8 +101,10 @@ def run_bench(args: argparse.Namespace) -> int:
             raise CliError(f"--{name} must be positive")
         options[name.replace("-", "_")] = value
     if args.secure:
-        if args.scenario not in ("produce", "consume"):
-            raise CliError("--secure is for the produce and consume scenarios")
+        if args.scenario not in ("produce", "consume", "kafka-clients"):
+            raise CliError("--secure is for the produce, consume and kafka-clients scenarios")
+        if getattr(args, "against", None) == "kafka" and args.scenario == "kafka-clients":
+            raise CliError("--secure runs sparklog's SASL_SSL Kafka listeners; compare with the same run without it")
         options["secure"] = True
     if args.unclean:
         if args.scenario != "startup":
