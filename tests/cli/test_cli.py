@@ -35,6 +35,7 @@ from sparklog.cli.common import CliError, format_table, parse_configs, parse_tim
 from sparklog.cli.consume import format_batch
 from sparklog.coordination.ports import free_port, port_is_open
 from sparklog.coordination.zookeeper_server import four_letter_word
+from sparklog.security.client_config import load_properties
 from waiting import wait_for
 
 CLI = [sys.executable, "-m", "sparklog.cli.main"]
@@ -866,6 +867,27 @@ def test_up_secure_runs_a_cluster_only_its_admin_reaches(tmp_path: Path) -> None
         )
         read = ok("consume", "secured", "--from-beginning", "--max-messages", "20", "--command-config", str(alice))
         assert sorted(read.stdout.splitlines()) == sorted(f"v{i}" for i in range(20))
+
+        # Kafka clients: SASL_SSL listeners, and kafka-client.properties usable as-is by confluent-kafka
+        kafka_properties = data / "kafka-client.properties"
+        kafka_line = next(line for line in out.seen if line.startswith("Kafka clients: bootstrap.servers="))
+        assert "SASL_SSL" in kafka_line and str(kafka_properties) in kafka_line
+        assert kafka_properties.stat().st_mode & 0o077 == 0
+        kafka_config = load_properties(kafka_properties)
+        assert kafka_config["security.protocol"] == "SASL_SSL"
+        producer = KafkaProducer({**kafka_config, "partitioner": "murmur2_random"})
+        for i in range(20, 30):
+            producer.produce("secured", value=f"v{i}".encode())
+        assert producer.flush(30) == 0
+        read = ok("consume", "secured", "--from-beginning", "--max-messages", "30", *config)
+        assert sorted(read.stdout.splitlines()) == sorted(f"v{i}" for i in range(30))
+        plain_kafka = KafkaProducer(
+            {"bootstrap.servers": kafka_config["bootstrap.servers"], "message.timeout.ms": 3000}
+        )
+        outcome: list[object] = []
+        plain_kafka.produce("secured", value=b"never", on_delivery=lambda err, _msg: outcome.append(err))
+        plain_kafka.flush(10)
+        assert outcome and outcome[0] is not None  # a plaintext Kafka client does not get in
 
         servers = next(line for line in properties.read_text().splitlines() if line.startswith("bootstrap.servers="))
         plaintext = run_cli("topics", "list", "--bootstrap-server", servers.split("=", 1)[1], timeout=120)
