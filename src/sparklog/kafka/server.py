@@ -153,10 +153,7 @@ class KafkaListener:
                 payload = self._read_frame(conn, session)
                 if payload is None:
                     return
-                ctx = self.dispatch(payload, peer, lambda: _client_gone(conn), session)
-                if ctx is None:
-                    continue
-                response, mute_s = ctx
+                response, mute_s = self.dispatch(payload, peer, lambda: _client_gone(conn), session)
                 if response is not None:
                     conn.sendall(response.payload)
                     if response.close_after:
@@ -222,7 +219,7 @@ class KafkaListener:
         peer: tuple[str, int],
         client_gone: Callable[[], bool] = lambda: False,
         session: ConnectionSession | None = None,
-    ) -> tuple[Answer | None, float] | None:
+    ) -> tuple[Answer | None, float]:
         """The answer to one request (None: none is due) and how long the connection is then muted
         (client quotas); ``_CloseConnection`` if it cannot be answered or the connection may not
         go on."""
@@ -274,9 +271,9 @@ class KafkaListener:
         except Exception:
             log.exception("%s v%s from %s failed", spec.name, version, peer[0])
             raise _CloseConnection(f"{spec.name} failed on the broker") from None
-        if response is None:
-            return None if not ctx.close_after else (Answer(b"", "closed after an answer not due"), 0.0)
         mute_s = self._quota_delay(session.principal, api_key, len(payload))
+        if response is None:  # acks=0: no answer, but the quota holds all the same
+            return (Answer(b"", "closed after a request with no answer due") if ctx.close_after else None), mute_s
         if mute_s > 0 and hasattr(response, "throttle_time_ms"):
             response.throttle_time_ms = int(mute_s * 1000)
         encoded = _encode(response, correlation_id)
