@@ -143,6 +143,22 @@ def test_describe_and_delete_by_filter(store: AclStore, zk_client: KazooClient) 
     assert store.delete([AclFilter.of(bindings[0])]) == []
 
 
+def test_delete_matching_takes_filters_open_anywhere(store: AclStore) -> None:
+    group = ResourcePattern(ResourceType.GROUP, "g")
+    bindings = [
+        acl(),
+        acl(pattern=group),
+        acl(principal="User:bob"),
+        acl(pattern=ResourcePattern.cluster(), operation="Alter"),
+    ]
+    store.add(bindings)
+    # Kafka's DeleteAcls: every ACL of alice, whatever its resource; one naming its pattern as delete takes it
+    removed = store.delete_matching([AclFilter(principal="User:alice"), AclFilter.of(bindings[2])])
+    assert sorted(removed, key=str) == sorted(bindings, key=str)
+    assert store.list_acls() == []
+    assert store.delete_matching([AclFilter()]) == []
+
+
 def test_malformed_znode_is_a_clear_error(store: AclStore, zk_client: KazooClient) -> None:
     zk_client.create("/sparklog/security/acls/literal/Topic/events", b'{"acls": [{"principal": "bob"}]}', makepath=True)
     with pytest.raises(InvalidRequest, match="the ACLs of topic 'events' in ZooKeeper are malformed"):

@@ -145,6 +145,21 @@ def test_store_and_cache_round_trip(zk_client: KazooClient) -> None:
         store.set("../x", Quota(request_rate=1))
 
 
+def test_alter_sets_and_removes_rates_one_by_one(zk_client: KazooClient) -> None:
+    store = QuotaStore(zk_client, LAYOUT)
+    assert store.alter("carol", {"producer_byte_rate": 10, "request_rate": None}) == Quota(producer_byte_rate=10)
+    assert store.alter("carol", {"request_rate": 5}) == Quota(producer_byte_rate=10, request_rate=5)  # the other kept
+    assert store.alter("carol", {"consumer_byte_rate": 1}, validate_only=True) == Quota(10, 1, 5)
+    assert store.quotas()["carol"] == Quota(producer_byte_rate=10, request_rate=5)  # validated, not written
+    with pytest.raises(InvalidRequest, match="unknown quota rate"):
+        store.alter("carol", {"request_percentage": 5})
+    with pytest.raises(InvalidRequest, match="positive number"):
+        store.alter("carol", {"request_rate": 0})
+    assert store.alter("carol", {"producer_byte_rate": None, "request_rate": None}) == NO_QUOTA
+    assert "carol" not in store.quotas()  # no rates left: no znode
+    assert store.alter(DEFAULT_QUOTA_USER, {"request_rate": None}) == NO_QUOTA  # nothing there, nothing made
+
+
 def run_cli(zk: str, *args: str) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if k not in ("SPARKLOG_ZOOKEEPER", "SPARKLOG_DEBUG")}
     command = [sys.executable, "-m", "sparklog.cli.main", "quotas", *args, "--zookeeper", zk]

@@ -26,15 +26,18 @@ from sparklog.coordination.cluster import ClusterMetadata
 from sparklog.errors import InvalidRequest
 from sparklog.names import check_topic_name, check_user_name
 from sparklog.protocol import wire
-from sparklog.security.acl_store import AclStore
+from sparklog.security.acl_store import MAX_ACLS, AclStore
 from sparklog.security.acls import AclBinding, AclFilter
-from sparklog.security.credential_store import CredentialStore, check_iterations, check_mechanism, credential
+from sparklog.security.credential_store import (
+    MAX_USERS,
+    CredentialStore,
+    check_iterations,
+    check_mechanism,
+    credential,
+)
 from sparklog.security.credentials import SCRAM_SHA_256
-from sparklog.security.quotas import Quota, QuotaStore, quota_user
+from sparklog.security.quotas import MAX_QUOTAS, Quota, QuotaStore, quota_user
 
-MAX_USERS = 1_000  # users one credential request names
-MAX_ACLS = 1_000  # ACLs one create names, filters one delete names
-MAX_QUOTAS = 1_000  # entries of one quota change
 MAX_REASSIGNED = 10_000  # partitions of one reassignment (num.partitions.max)
 MAX_REPLICAS = 100  # replicas of one reassigned partition
 MAX_BYTES_B64 = 2_048  # characters of a base64 salt or salted password

@@ -257,6 +257,8 @@ class Broker:
             lambda: self.live_brokers,
             self.catalog.topic_metadata,
             states.states,
+            self.data_dir,
+            lambda: self.replicas.partitions,
         )
         self.kafka_listeners, self.kafka_endpoints = open_kafka_listeners(
             gateway, self.security, access, cluster.zk, cluster.layout, self.max_calls_per_ip

@@ -3,15 +3,19 @@
 service uses (the partitions this broker leads, the lake's union read, the change counter that
 wakes waiting fetches, the watched view of brokers, topics and partition states, the committed
 offsets in ZooKeeper, topic administration through :class:`ClusterMetadata`'s own checks on the
-broker's session, as :mod:`sparklog.broker.cluster_requests` answers sparklog's clients). The
+broker's session, as :mod:`sparklog.broker.cluster_requests` answers sparklog's clients; users,
+ACLs and client quotas through the stores :mod:`sparklog.broker.admin_requests` and ``sparklog
+users|acls|quotas`` use, on the same session; the partition replicas in the broker's data dir). The
 listener never sees the ``Broker`` or a ``Partition``: only records as Arrow batches and plain
 values."""
 
 from __future__ import annotations
 
+import shutil
 import threading
 import time
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from pathlib import Path
 
 import pyarrow as pa
 
@@ -30,6 +34,7 @@ from sparklog.coordination.cluster import (
     PartitionState,
     TopicMetadata,
 )
+from sparklog.coordination.zk_layout import DEFAULT_QUOTA_USER
 from sparklog.errors import (
     FencedLeaderEpoch,
     GroupNotEmpty,
@@ -45,15 +50,21 @@ from sparklog.kafka.broker_access import (
     ConfigEntry,
     ConfigSource,
     CreatedTopic,
+    LogDir,
     PartitionInfo,
     PartitionOffsets,
     PartitionRead,
+    ReplicaSize,
     StoredBatch,
     TopicInfo,
     TopicPartition,
 )
 from sparklog.names import check_topic_name, is_internal
 from sparklog.schemas.value_schema import ValueSchema
+from sparklog.security.acl_store import AclStore
+from sparklog.security.acls import AclBinding, AclFilter
+from sparklog.security.credential_store import CredentialStore
+from sparklog.security.quotas import QuotaStore
 
 CONTROLLER_CACHE_S = 1.0  # how long a read of the controller znode answers Metadata requests
 VIEW_POLL_S = 0.02  # how often an administered topic is looked for in this broker's view
@@ -62,6 +73,7 @@ _LIST_CONFIGS = frozenset({"cleanup.policy"})  # comma-separated values
 
 LeaderLookup = Callable[..., Partition]  # (topic, partition, for_write=False) -> the partition it leads
 PartitionStates = Callable[[str, Iterable[int]], Mapping[int, tuple[PartitionState, int]]]
+HostedPartitions = Callable[[], Mapping[TopicPartition, Partition]]  # the replicas this broker holds
 
 
 class KafkaGateway:
@@ -78,6 +90,8 @@ class KafkaGateway:
         live_brokers: Callable[[], Mapping[int, BrokerInfo]],
         topic_metadata: Callable[[str], TopicMetadata],
         partition_states: PartitionStates,
+        data_dir: Path,
+        hosted: HostedPartitions,
     ) -> None:
         self.broker_id = broker_id
         self._leader_partition = leader_partition
@@ -88,6 +102,11 @@ class KafkaGateway:
         self._live_brokers = live_brokers
         self._topic_metadata = topic_metadata
         self._partition_states = partition_states
+        self._data_dir = data_dir
+        self._hosted = hosted
+        self._credentials = CredentialStore(cluster.zk, cluster.layout)
+        self._acls = AclStore(cluster.zk, cluster.layout)
+        self._quotas = QuotaStore(cluster.zk, cluster.layout)
         self._cluster_id: str | None = None
         self._controller = (-1, 0.0)  # (id, when read)
         self._lock = threading.Lock()
@@ -330,6 +349,58 @@ class KafkaGateway:
             ConfigEntry("broker.id", str(self.broker_id), ConfigSource.BROKER, "-1", "long", read_only=True),
             *(ConfigEntry(k, str(v), ConfigSource.DEFAULT, str(v), "long", read_only=True) for k, v in fixed.items()),
         ]
+
+    # ----------------------------------------------------------------- users, ACLs, client quotas
+    def scram_iterations(self, users: Collection[str] | None) -> Mapping[str, int]:
+        with zookeeper_errors(self._cluster.zk):
+            return self._credentials.iterations(None if users is None else list(users))
+
+    def upsert_scram_credential(self, user: str, salt: bytes, salted: bytes, iterations: int) -> bool:
+        with zookeeper_errors(self._cluster.zk):
+            return self._credentials.upsert_salted(user, salt, salted, iterations)
+
+    def delete_scram_credential(self, user: str) -> bool:
+        with zookeeper_errors(self._cluster.zk):
+            return self._credentials.remove(user)
+
+    def describe_acls(self, acl_filter: AclFilter) -> Sequence[AclBinding]:
+        with zookeeper_errors(self._cluster.zk):
+            return self._acls.describe(acl_filter)
+
+    def create_acls(self, bindings: Sequence[AclBinding]) -> None:
+        with zookeeper_errors(self._cluster.zk):
+            self._acls.add(bindings)
+
+    def delete_acls(self, filters: Sequence[AclFilter]) -> Sequence[AclBinding]:
+        with zookeeper_errors(self._cluster.zk):
+            return self._acls.delete_matching(filters)
+
+    def client_quotas(self) -> Mapping[str | None, Mapping[str, float]]:
+        with zookeeper_errors(self._cluster.zk):
+            quotas = self._quotas.quotas()
+        return {None if user == DEFAULT_QUOTA_USER else user: quota.to_dict() for user, quota in quotas.items()}
+
+    def alter_client_quota(self, user: str | None, rates: Mapping[str, float | None], validate_only: bool) -> None:
+        with zookeeper_errors(self._cluster.zk):
+            self._quotas.alter(DEFAULT_QUOTA_USER if user is None else user, rates, validate_only)
+
+    # ----------------------------------------------------------------- log dir
+    def log_dir(self) -> LogDir:
+        """The data dir, its volume (-1: unknown, as Kafka says) and every replica held here, with
+        the bytes of its segments and its log end's lag behind its high watermark."""
+        replicas = []
+        hosted = dict(self._hosted())  # a copy: replicas come and go meanwhile
+        for (topic, p), partition in sorted(hosted.items(), key=lambda item: item[0]):
+            plog = partition.log
+            with plog.lock:
+                size, end = plog.size_bytes, plog.log_end_offset
+            replicas.append(ReplicaSize(topic, p, size, max(partition.high_watermark - end, 0)))
+        try:
+            usage = shutil.disk_usage(self._data_dir)
+            total, usable = usage.total, usage.free
+        except OSError:
+            total = usable = -1
+        return LogDir(str(self._data_dir.resolve()), total, usable, replicas)
 
     def _await_view(self, name: str, holds: Callable[[TopicMetadata | None], bool], deadline: float | None) -> None:
         """Wait until this broker's view of topic ``name`` (None: no such topic) ``holds``."""

@@ -16,6 +16,8 @@ from typing import Protocol
 
 import pyarrow as pa
 
+from sparklog.security.acls import AclBinding, AclFilter
+
 TopicPartition = tuple[str, int]
 
 
@@ -263,5 +265,77 @@ class TopicAdmin(Protocol):
         ...
 
 
-class KafkaBroker(PartitionLogs, ClusterView, GroupOffsets, TopicAdmin, Protocol):
+class SecurityAdmin(Protocol):
+    """Users' SCRAM credentials, ACLs and client quotas, in the very stores ``sparklog users|acls|
+    quotas`` and the Flight listener's administration actions use (ZooKeeper, through the broker's
+    session): one implementation, three ways in. ZooKeeper out of reach: CoordinatorNotAvailable;
+    a bad value: InvalidRequest (or a subclass) naming it, and nothing of that call written."""
+
+    def scram_iterations(self, users: Collection[str] | None) -> Mapping[str, int]:
+        """Each user's SCRAM-SHA-256 iteration count, by name: every user (None), or those of
+        ``users`` that exist (InvalidUserName for a name no user can have)."""
+        ...
+
+    def upsert_scram_credential(self, user: str, salt: bytes, salted: bytes, iterations: int) -> bool:
+        """Set ``user``'s credential from the salt and salted password a client computed (never
+        the password); True if the user is new. UnacceptableCredential (iterations, salt or salted
+        password out of bounds), InvalidUserName."""
+        ...
+
+    def delete_scram_credential(self, user: str) -> bool:
+        """Remove ``user``; whether there was one."""
+        ...
+
+    def describe_acls(self, acl_filter: AclFilter) -> Sequence[AclBinding]:
+        """The stored ACLs ``acl_filter`` matches, sorted."""
+        ...
+
+    def create_acls(self, bindings: Sequence[AclBinding]) -> None:
+        """Store ``bindings`` (one already stored stays as it is), all in one change."""
+        ...
+
+    def delete_acls(self, filters: Sequence[AclFilter]) -> Sequence[AclBinding]:
+        """Remove every stored ACL one of ``filters`` matches (any fields left open); those removed."""
+        ...
+
+    def client_quotas(self) -> Mapping[str | None, Mapping[str, float]]:
+        """Every user's quota (None: the default of every user without its own), as rates by
+        sparklog's names (``producer_byte_rate``, ``consumer_byte_rate``, ``request_rate``)."""
+        ...
+
+    def alter_client_quota(self, user: str | None, rates: Mapping[str, float | None], validate_only: bool) -> None:
+        """Set the rates of ``rates`` in ``user``'s quota (None: the default) and remove those
+        mapped to None, keeping the others; ``validate_only``: check, write nothing."""
+        ...
+
+
+@dataclasses.dataclass(frozen=True)
+class ReplicaSize:
+    """One partition replica a broker holds in its log dir: the bytes of its log segments, and how
+    far its log end is behind the high watermark it knows (Kafka's ``offset_lag``)."""
+
+    topic: str
+    partition: int
+    size_bytes: int
+    offset_lag: int
+
+
+@dataclasses.dataclass(frozen=True)
+class LogDir:
+    """A broker's log dir (sparklog's one data dir), its volume's size and free bytes, and the
+    replicas in it."""
+
+    path: str
+    total_bytes: int
+    usable_bytes: int
+    replicas: Sequence[ReplicaSize]
+
+
+class LogDirs(Protocol):
+    def log_dir(self) -> LogDir:
+        """This broker's log dir as it stands now."""
+        ...
+
+
+class KafkaBroker(PartitionLogs, ClusterView, GroupOffsets, TopicAdmin, SecurityAdmin, LogDirs, Protocol):
     """Everything the listener's handlers call."""

@@ -52,6 +52,10 @@ UNSUPPORTED_ENDPOINT_TYPE = kerr.UnsupportedEndpointTypeError.errno
 UNSUPPORTED_SASL_MECHANISM = kerr.UnsupportedSaslMechanismError.errno
 ILLEGAL_SASL_STATE = kerr.IllegalSaslStateError.errno
 SASL_AUTHENTICATION_FAILED = kerr.SaslAuthenticationFailedError.errno
+# security administration (users' SCRAM credentials, ACLs, client quotas)
+RESOURCE_NOT_FOUND = kerr.ResourceNotFoundError.errno
+DUPLICATE_RESOURCE = kerr.DuplicateResourceError.errno
+UNACCEPTABLE_CREDENTIAL = kerr.UnacceptableCredentialError.errno
 
 # sparklog's error codes (``SparklogError.code``) -> Kafka's
 _BY_CODE: dict[str, int] = {

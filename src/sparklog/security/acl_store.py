@@ -35,6 +35,9 @@ log = logging.getLogger(__name__)
 
 # how long a change keeps trying while other writers change the same znodes (or ZooKeeper is away)
 CHANGE_DEADLINE_S = 30.0
+# ACLs one request creates, filters one request deletes with (through a broker, either protocol): a
+# change is one ZooKeeper transaction, which must stay well below ZooKeeper's request size limit
+MAX_ACLS = 1_000
 _CONFLICTS = (BadVersionError, NodeExistsError, NoNodeError)
 
 # an edit of one pattern's bindings: (the new list, the bindings that were added or removed)
@@ -120,6 +123,20 @@ class AclStore:
             return [b for b in current if b not in removed], gone
 
         return self._change(list(wanted), edit)
+
+    def delete_matching(self, filters: Iterable[AclFilter]) -> list[AclBinding]:
+        """Remove every stored binding a filter matches, whatever the filters leave open (Kafka's
+        DeleteAcls takes a filter of any resource type, name or pattern type); they are returned.
+        A filter naming its resource pattern is applied as :meth:`delete` applies it; another is
+        first turned into the bindings it matches now (:meth:`describe`), so a binding added
+        after that read is left, as Kafka's broker leaves one added while it deletes."""
+        exact: list[AclFilter] = []
+        for found in filters:
+            if found.pattern is not None:
+                exact.append(found)
+            else:
+                exact.extend(AclFilter.of(binding) for binding in self.describe(found))
+        return self.delete(exact) if exact else []
 
     def describe(self, acl_filter: AclFilter) -> list[AclBinding]:
         """The stored bindings ``acl_filter`` matches, sorted (Kafka's DescribeAcls)."""

@@ -35,6 +35,7 @@ MIN_SALT_BYTES = 12  # scramp's smallest salt (a shorter one could never log in)
 MAX_SALT_BYTES = 1024
 SALTED_PASSWORD_BYTES = 32  # SHA-256's output
 MECHANISMS = (SCRAM_SHA_256,)
+MAX_USERS = 1_000  # users one request (through a broker, either protocol) describes or alters
 
 
 def check_iterations(iterations: object) -> int:

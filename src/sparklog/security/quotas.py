@@ -18,21 +18,24 @@ import json
 import logging
 import math
 import threading
+from collections.abc import Mapping
 from typing import Any
 
 from kazoo.client import KazooClient
-from kazoo.exceptions import NoNodeError
+from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 from kazoo.protocol.states import ZnodeStat
 from kazoo.recipe.watchers import ChildrenWatch, DataWatch
 
 from sparklog.coordination.zk_layout import DEFAULT_QUOTA_USER, ZkLayout
-from sparklog.errors import InvalidRequest
+from sparklog.errors import CoordinatorNotAvailable, InvalidRequest
 from sparklog.names import check_user_name
 from sparklog.security.principal import USER_TYPE
 
 log = logging.getLogger(__name__)
 
 RATES = ("producer_byte_rate", "consumer_byte_rate", "request_rate")
+MAX_QUOTAS = 1_000  # entries one request (through a broker, either protocol) alters
+ALTER_TRIES = 100  # read-edit-writes of one quota while other writers get in between
 
 
 @dataclasses.dataclass(frozen=True)
@@ -116,6 +119,40 @@ class QuotaStore:
             self.zk.set(path, quota.to_json())
         except NoNodeError:
             self.zk.create(path, quota.to_json(), makepath=True)
+
+    def alter(self, user: str, rates: Mapping[str, float | None], validate_only: bool = False) -> Quota:
+        """Set the rates of ``rates`` in ``user``'s quota and remove those mapped to None, keeping
+        the others (Kafka's AlterClientQuotas: an operation per key); the quota it then has. The
+        quota is read and written back on condition that nobody changed it meanwhile (read again
+        if somebody did), so concurrent changes of other rates are kept. Checked whole first
+        (:class:`InvalidRequest`: an unknown rate, one that is not a positive number);
+        ``validate_only``: checked, nothing written."""
+        unknown = sorted(str(key) for key in rates if key not in RATES)
+        if unknown:
+            raise InvalidRequest(f"unknown quota rate(s) {', '.join(unknown)[:200]}; known: {', '.join(RATES)}")
+        path = self.layout.user_quota(quota_user(user))
+        for _ in range(ALTER_TRIES):
+            stat: ZnodeStat | None
+            try:
+                data, stat = self.zk.get(path)
+                current = Quota.from_json(data)
+            except NoNodeError:
+                stat, current = None, NO_QUOTA
+            merged = {**current.to_dict(), **rates}
+            quota = Quota(**{name: merged.get(name) for name in RATES})
+            if validate_only or (stat is None and quota.empty):
+                return quota
+            try:
+                if stat is None:
+                    self.zk.create(path, quota.to_json(), makepath=True)
+                elif quota.empty:
+                    self.zk.delete(path, version=stat.version)
+                else:
+                    self.zk.set(path, quota.to_json(), version=stat.version)
+            except (BadVersionError, NoNodeError, NodeExistsError):
+                continue  # another writer got in between: read and edit again
+            return quota
+        raise CoordinatorNotAvailable(f"the quota of {user!r:.100} kept changing under this change; try again")
 
     def remove(self, user: str) -> bool:
         """Remove ``user``'s quota; whether it had one."""

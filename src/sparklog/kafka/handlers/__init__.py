@@ -5,15 +5,23 @@ from __future__ import annotations
 
 from sparklog.kafka.api import ApiHandler
 from sparklog.kafka.handlers import (
+    alter_client_quotas,
     alter_configs,
+    alter_user_scram_credentials,
     api_versions,
+    create_acls,
     create_partitions,
     create_topics,
+    delete_acls,
     delete_groups,
     delete_topics,
+    describe_acls,
+    describe_client_quotas,
     describe_cluster,
     describe_configs,
     describe_groups,
+    describe_log_dirs,
+    describe_user_scram_credentials,
     fetch,
     find_coordinator,
     heartbeat,
@@ -56,11 +64,21 @@ TOPIC_ADMIN = (
     incremental_alter_configs,
     alter_configs,
     describe_cluster,
+    describe_log_dirs,
+)
+SECURITY_ADMIN = (
+    describe_acls,
+    create_acls,
+    delete_acls,
+    describe_user_scram_credentials,
+    alter_user_scram_credentials,
+    describe_client_quotas,
+    alter_client_quotas,
 )
 
 LOGIN = (sasl_handshake, sasl_authenticate)
 
 HANDLERS: dict[int, ApiHandler] = {
     module.API.key: ApiHandler(module.API, module.handle)
-    for module in (api_versions, *LOGIN, metadata, *RECORDS, *GROUPS, *TOPIC_ADMIN)
+    for module in (api_versions, *LOGIN, metadata, *RECORDS, *GROUPS, *TOPIC_ADMIN, *SECURITY_ADMIN)
 }
