@@ -26,7 +26,6 @@ from confluent_kafka import Producer as KafkaProducer
 
 from sparklog import Admin
 from sparklog.bench.kafka_peer import TOOL_JVM_OPTS, java_command
-from sparklog.kafka.handlers import HANDLERS
 from sparklog.local_cluster import LocalCluster
 from sparklog.security.acls import AclBinding, ResourcePattern
 from sparklog.security.client_config import load_properties
@@ -44,8 +43,6 @@ CLI = [sys.executable, "-m", "sparklog.cli.main"]
 SPARKLOG_ENV = ("SPARKLOG_ZOOKEEPER", "SPARKLOG_ZOOKEEPER_DIGEST", "SPARKLOG_BOOTSTRAP_SERVERS")
 # a tool's JVM lives seconds: compiling with C1 only starts it about a third faster
 JVM_OPTS = [*TOOL_JVM_OPTS, "-XX:TieredStopAtLevel=1"]
-# Kafka's admin APIs for ACLs (DescribeAcls, CreateAcls) and SCRAM credentials (AlterUserScramCredentials)
-ACL_AND_SCRAM_APIS = {29, 30, 51}
 
 
 @pytest.fixture(scope="module")
@@ -305,11 +302,6 @@ def test_a_java_client_logs_in_as_its_own_user_and_is_held_to_her_acls(
     assert topic not in denied.stdout
 
 
-@pytest.mark.skipif(
-    not HANDLERS.keys() >= ACL_AND_SCRAM_APIS,
-    reason="the Kafka listener serves no ACL / SCRAM admin APIs yet (DescribeAcls, CreateAcls, "
-    "AlterUserScramCredentials)",
-)
 def test_kafka_configs_makes_a_scram_user_and_kafka_acls_lets_him_write(
     cluster: LocalCluster, java_config: str, admin: Admin
 ) -> None:
