@@ -922,7 +922,7 @@ class KafkaApplier:
         if advertised and isinstance(got, bytes):
             answer = decode_response(key, version, got, 11)
             if answer.response is not None:
-                found += _codes_in(answer.response, f"API {key} v{version} of random bytes")
+                found += ops.codes_in(answer.response, f"API {key} v{version} of random bytes")
         return found, label, None
 
     def _client_id(self, wire: KafkaWire, p: dict[str, Any]) -> tuple[list[Anomaly], str, int | None]:
@@ -1139,24 +1139,3 @@ def _flexible(api: str, version: int) -> bool:
         "api-versions": ApiVersionsRequest,
     }
     return ops.is_flexible(classes[api], version)
-
-
-def _codes_in(message: Any, what: str) -> list[Anomaly]:
-    """Every ``error_code`` in a decoded response: UNKNOWN_SERVER_ERROR and codes Kafka does not
-    define are findings."""
-    found: list[Anomaly] = []
-    stack = [message]
-    seen = 0
-    while stack and seen < 10_000:
-        item = stack.pop()
-        seen += 1
-        code = getattr(item, "error_code", None)
-        if isinstance(code, int) and (code == ops.UNKNOWN_SERVER_ERROR or code not in ops.KNOWN_CODES):
-            found += ops.check_code(what, code, ops.KNOWN_CODES)
-        for name in getattr(item, "__slots__", ()):
-            value = getattr(item, name, None)
-            if isinstance(value, list):
-                stack.extend(v for v in value if hasattr(v, "__slots__"))
-            elif hasattr(value, "__slots__") and not isinstance(value, (str, bytes)):
-                stack.append(value)
-    return found

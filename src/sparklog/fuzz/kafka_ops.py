@@ -118,6 +118,27 @@ def check_code(what: str, code: int, allowed: frozenset[int] | set[int]) -> list
     return []
 
 
+def codes_in(message: Any, what: str) -> list[Anomaly]:
+    """Every ``error_code`` in a decoded response: UNKNOWN_SERVER_ERROR and codes Kafka does not
+    define are findings."""
+    found: list[Anomaly] = []
+    stack = [message]
+    seen = 0
+    while stack and seen < 10_000:
+        item = stack.pop()
+        seen += 1
+        code = getattr(item, "error_code", None)
+        if isinstance(code, int) and (code == UNKNOWN_SERVER_ERROR or code not in KNOWN_CODES):
+            found += check_code(what, code, KNOWN_CODES)
+        for name in getattr(item, "__slots__", ()):
+            value = getattr(item, name, None)
+            if isinstance(value, list):
+                stack.extend(v for v in value if hasattr(v, "__slots__"))
+            elif hasattr(value, "__slots__") and not isinstance(value, (str, bytes)):
+                stack.append(value)
+    return found
+
+
 # ----------------------------------------------------------------------------------------- requests
 def produce_request(
     version: int,
