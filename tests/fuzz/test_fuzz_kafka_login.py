@@ -98,6 +98,7 @@ SEQUENCES: list[tuple[str, str, list[dict[str, Any]], list[str]]] = [
     ("unknown-user-scram", SASL_LISTENER, [login(user="fz-nobody")], [AUTH_FAILED]),
     ("unknown-user-plain", SASL_LISTENER, [login(PLAIN, "fz-nobody")], [AUTH_FAILED]),
     ("wrong-password-plain", SASL_LISTENER, [login(PLAIN, password="prefix")], [AUTH_FAILED]),
+    ("control-password-plain", SASL_LISTENER, [login(PLAIN, password="control")], [AUTH_FAILED]),
     ("saslprep-password-plain", SASL_LISTENER, [login(PLAIN, password="saslprep")], [OK]),
     ("saslprep-password-scram", SASL_LISTENER, [login(password="saslprep")], [OK]),
     ("mechanism-not-enabled", SASL_LISTENER, [login("SCRAM-SHA-512")], [UNSUPPORTED]),
