@@ -49,7 +49,7 @@ if TYPE_CHECKING:
     from sparklog.coordination.zookeeper_server import EmbeddedZooKeeper
 
 LOGIN_SEED = 21
-LOGIN_CASES = 100
+LOGIN_CASES = 150
 OK = f"logged in as {FUZZ_USER!r}"
 AUTH_FAILED = "refused (SaslAuthenticationFailedError)"
 ILLEGAL = "refused (IllegalSaslStateError)"

@@ -549,7 +549,7 @@ def login_step(draw: st.DrawFn, topology: KafkaTopology, logged: bool, plaintext
     op = weighted(
         draw,
         [(10, "login"), (5, "request"), (2, "handshake"), (2, "authenticate"), (1, "frame")]
-        + ([(1, "wait")] if logged and not plaintext else []),
+        + ([(2, "wait")] if logged and not plaintext else []),
     )
     if op == "login":
         return draw(login_step_login())
@@ -566,6 +566,12 @@ def login_step(draw: st.DrawFn, topology: KafkaTopology, logged: bool, plaintext
         return {"op": op, "size": draw(st.sampled_from(FRAME_SIZES)), "content": content}
     if op == "wait":
         return {"op": op}
+    return draw(login_request(topology, logged))
+
+
+@st.composite
+def login_request(draw: st.DrawFn, topology: KafkaTopology, logged: bool) -> dict[str, Any]:
+    """A request other than the login's (none that would store something if ``logged``)."""
     apis = LOGIN_REQUESTS if not logged else tuple(a for a in LOGIN_REQUESTS if a not in BEFORE_LOGIN_ONLY)
     api = draw(st.sampled_from(apis))
     topic = draw(st.sampled_from(sorted(topology.topics)))
@@ -586,6 +592,9 @@ def login_case(draw: st.DrawFn, topology: KafkaTopology) -> cases.Case:
         step = draw(correct_login()) if first else draw(login_step(topology, logged, plaintext))
         logged = logged or may_log_in(step)
         steps.append(step)
+        if step["op"] == "wait":  # then something that finds the session over
+            after = weighted(draw, [(3, login_request(topology, True)), (2, correct_login()), (1, login_step_login())])
+            steps.append(draw(after))
     params = {
         "listener": listener,
         "broker": draw(st.integers(0, max(0, len(topology.brokers) - 1))),
