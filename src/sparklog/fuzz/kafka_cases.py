@@ -25,9 +25,10 @@ draw them: plain data, applied by :mod:`sparklog.fuzz.kafka_ops`.
   :mod:`sparklog.fuzz.kafka_login`: logins (SCRAM-SHA-256 or PLAIN as ``fz-user``, ``fz-other``,
   ``fz-long`` or users nobody created; right, wrong, empty, prefixed or control-character
   passwords; mechanisms not enabled or garbage; a handshake, ApiVersions or Metadata in the middle
-  of a login; SCRAM's client-first or client-final flipped, cut or extended, with a wrong nonce,
-  channel binding or proof, an authorization id, extensions, the client-final of an earlier login
-  replayed; messages padded to just below or above 4096 bytes), a SaslHandshake or SaslAuthenticate
+  of a login, or Metadata sent with its last message; SCRAM's client-first or client-final
+  flipped, cut or extended, with a wrong nonce, channel binding or proof, an authorization id,
+  extensions, the client-final of an earlier login replayed; messages padded to just below or
+  above 4096 bytes), a SaslHandshake or SaslAuthenticate
   on its own (before a handshake, after a login, in unserved versions), other requests (Metadata,
   Fetch, ListOffsets, ApiVersions, and before a login Produce, InitProducerId and a Metadata that
   would create a topic), frames around 512 KiB, and waits until a session's lifetime
@@ -497,6 +498,7 @@ def correct_login(draw: st.DrawFn) -> dict[str, Any]:
         "version": weighted(draw, [(4, 2), (1, 1), (1, 0)]),
         "mutation": None,
         "interrupt": None,
+        "pipeline": weighted(draw, [(6, False), (1, True)]),
     }
 
 
@@ -513,6 +515,8 @@ def login_step_login(draw: st.DrawFn) -> dict[str, Any]:
         "version": weighted(draw, [(4, 2), (1, 1), (1, 0)]),
         "mutation": None,
         "interrupt": weighted(draw, [(14, None), (1, "handshake"), (1, "api-versions"), (1, "metadata")]),
+        # a Metadata request sent with the login's last message: answered only if the login succeeds
+        "pipeline": weighted(draw, [(4, False), (1, True)]),
     }
     if draw(st.integers(0, 2)) == 0:
         if mechanism == PLAIN:

@@ -265,6 +265,8 @@ class _Run:
         self.rng = np.random.default_rng(seed)
         self.what = ""  # the step under way, for anomalies' details
         self.note = ""  # what came of it, for the case's log
+        self.pipeline = False  # a Metadata request goes with the login's last message, in one write
+        self.behind: Answer | None = None  # what came of that Metadata request
 
     # ------------------------------------------------------------------ steps
     def step(self, index: int, step: dict[str, Any]) -> None:
@@ -272,6 +274,7 @@ class _Run:
         op = step["op"]
         self.what = f"step {index} ({op})"
         self.note = ""
+        self.pipeline, self.behind = False, None
         handler = {
             "login": self._login,
             "handshake": self._handshake_step,
@@ -307,7 +310,9 @@ class _Run:
         password = self._password(str(step["password"]), user)
         version = int(step.get("version", 2))
         mutation = step.get("mutation") or {}
+        self.pipeline = bool(step.get("pipeline"))
         what = f"{self.what}: a {mechanism!r:.40} login as {user!r:.40}"
+        what += ", Metadata pipelined behind it" if self.pipeline else ""
         if not self._handshake(mechanism, 1, what):
             self.note = "handshake refused"
             return
@@ -357,7 +362,7 @@ class _Run:
         well_formed = len(parts) == 3 and not parts[0] and bool(parts[1]) and len(token) <= MAX_MESSAGE
         user = parts[1].decode(errors="replace") if well_formed else None
         sent = time.monotonic()
-        answer = self._exchange(SaslAuthenticateRequest[version](auth_bytes=token))
+        answer = self._send_last(SaslAuthenticateRequest[version](auth_bytes=token))
         self._finish_login(
             answer,
             MUST if logs_in else MUST_NOT,
@@ -406,7 +411,7 @@ class _Run:
         if len(final) > MAX_MESSAGE:
             plan.login = MUST_NOT
         sent = time.monotonic()
-        answer = self._exchange(SaslAuthenticateRequest[version](auth_bytes=final))
+        answer = self._send_last(SaslAuthenticateRequest[version](auth_bytes=final))
         credentials_only = op is None and self.expected.user is None and not self.expected.pending_fails
         self._finish_login(
             answer,
@@ -633,7 +638,9 @@ class _Run:
                     WRONG_ANSWER, f"{what}: session_lifetime_ms {response.session_lifetime_ms}, not {REAUTH_MS}"
                 )
             self.expected.logged_in(user or self.expected.user or "?", mechanism, sent)
-            self.note = f"logged in as {user!r:.40}"
+            if self.behind is not None:
+                self._answered(self.behind, f"{what}: Metadata pipelined behind the login")
+            self.note = f"logged in as {user!r:.40}" + (", Metadata behind it answered" if self.behind else "")
             return
         if must == MUST:
             self._found(REFUSED_VALID, f"{what}: a correct login refused with {ops.code_name(code)}")
@@ -643,7 +650,44 @@ class _Run:
         if refused_user is not None and code == AUTH_FAILED:
             self._compare_refusal(mechanism, refused_user in self.passwords, message, what)
         self.note = "login refused"
+        if self.behind is not None:  # what the broker did with a request it must not answer
+            behind = self.behind
+            if behind.response is not None:
+                self._found(AUTH_BYPASS, f"{what}: Metadata pipelined behind a refused login was answered")
+            elif behind.problem == SILENT:
+                self._found(NO_ANSWER, f"{what}: a refused login with Metadata behind it: neither answered nor closed")
+            self.anomalies.extend(ops.check_code(what, code, {AUTH_FAILED}))
+            self.note = f"refused ({ops.NAMES.get(code, code)}), Metadata behind it {behind.problem or 'answered'}"
+            self._close()
         self._refused(answer, {AUTH_FAILED}, f"{what}: the login's last message", closes=True)
+
+    def _send_last(self, request: Any) -> Answer:
+        """A login's last message; with ``pipeline``, a Metadata request sent with it in one write
+        (its answer, or why there is none, in ``behind``)."""
+        if not self.pipeline:
+            return self._exchange(request)
+        metadata = ops.metadata_request(12, None)
+        frames = self.wire.frame(request)
+        first = self.wire.correlation_id
+        frames += self.wire.frame(metadata)
+        second = self.wire.correlation_id
+        if not self.wire.send_bytes(frames):
+            return Answer(None, CLOSED)
+        answers = []
+        for sent, correlation in ((request, first), (metadata, second)):
+            got = self.wire.receive(STEP_TIMEOUT_S)
+            answers.append(
+                Answer(None, got)
+                if isinstance(got, str)
+                else decode_response(sent.API_KEY, sent.API_VERSION, got, correlation)
+            )
+            if isinstance(got, str):
+                break
+        if len(answers) == 2:
+            self.behind = answers[1]
+            if answers[1].response is not None:
+                self.expected.may_be_closed = False
+        return answers[0]
 
     def _compare_refusal(self, mechanism: str, exists: bool, message: str, what: str) -> None:
         """A refused login's message for an unknown user must read as one for a wrong password."""
