@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import IO
 
@@ -26,6 +27,8 @@ from sparklog.security.local_setup import LocalSecurity, prepare
 
 BROKER_START_TIMEOUT_S = 60.0
 BROKER_STOP_TIMEOUT_S = 15.0
+# settings for the brokers' properties files: the same for each, or each broker's by its id
+BrokerProperties = Mapping[str, str] | Callable[[int], Mapping[str, str]]
 
 
 def broker_command(
@@ -168,12 +171,15 @@ class LocalCluster:
         secure: bool = False,
         lake_dir: str | os.PathLike[str] | None = None,
         kafka_ports: list[int] | None = None,
-        broker_properties: dict[str, str] | None = None,
+        broker_properties: BrokerProperties | None = None,
     ) -> None:
-        """``broker_properties``: more settings for a ``secure`` cluster's brokers (their
-        properties files). ``kafka_ports``: each broker's Kafka-protocol listener (default: free ports; plaintext,
-        or SASL_SSL on a ``secure`` cluster, whose Kafka clients then need
-        :meth:`kafka_client_config`). ``secure``: TLS, SCRAM and ACLs as ``sparklog up --secure`` sets them up
+        """``broker_properties``: more settings for the brokers' properties files, the same for
+        each or a function of the broker id (settings naming a broker's own ports): a ``secure``
+        cluster's win over its generated ones; a plain cluster's brokers get a file of these alone
+        (``<data_dir>/broker-<id>.properties``, passed with ``--config``), e.g. ``kafka.listeners``
+        with a SASL_PLAINTEXT listener. ``kafka_ports``: each broker's Kafka-protocol listener
+        (default: free ports; plaintext, or SASL_SSL on a ``secure`` cluster, whose Kafka clients
+        then need :meth:`kafka_client_config`). ``secure``: TLS, SCRAM and ACLs as ``sparklog up --secure`` sets them up
         (:mod:`sparklog.security.local_setup`); clients then need :meth:`client_config`. The
         embedded ZooKeeper is then locked down too (its root, its four-letter words), and everything
         under ``data_dir`` is owner-only (directories 0700, files 0600).
@@ -182,7 +188,7 @@ class LocalCluster:
         self.data_dir = Path(data_dir)
         self._dir_lock = DirLock(self.data_dir, "the cluster's data dir")
         self.secure = secure
-        self.broker_properties = dict(broker_properties or {})
+        self.broker_properties = broker_properties
         self.security: LocalSecurity | None = None
         self.embedded: EmbeddedZooKeeper | None = None
         if zookeeper is None:
@@ -219,6 +225,8 @@ class LocalCluster:
                 self.embedded.start()
             if self.secure:
                 self.secure_brokers()
+            elif self.broker_properties is not None:
+                self.configure_brokers()
             for broker in self.brokers.values():
                 broker.start()
             self.wait_for_brokers(list(self.brokers), timeout)
@@ -239,12 +247,29 @@ class LocalCluster:
         )
         for broker in self.brokers.values():
             config = self.security.broker_config(
-                broker.broker_id, broker.port, broker.kafka_port, self.broker_properties
+                broker.broker_id, broker.port, broker.kafka_port, self.properties_of(broker.broker_id)
             )
             broker.extra_args = ["--config", str(config)]
             broker.owner_only = True
         restrict_tree(self.data_dir)  # certificates, an earlier run's data
         return self.security
+
+    def configure_brokers(self) -> None:
+        """A plain cluster's brokers started with ``--config``: a properties file each, of
+        ``broker_properties`` alone (the default listeners otherwise, as without a file)."""
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        for broker in self.brokers.values():
+            path = self.data_dir / f"broker-{broker.broker_id}.properties"
+            settings = self.properties_of(broker.broker_id)
+            path.write_text("".join(f"{key}={value}\n" for key, value in settings.items()), encoding="utf-8")
+            broker.extra_args = ["--config", str(path)]
+
+    def properties_of(self, broker_id: int) -> dict[str, str]:
+        """Broker ``broker_id``'s settings of ``broker_properties`` (none if it is None)."""
+        found = self.broker_properties
+        if found is None:
+            return {}
+        return dict(found(broker_id) if callable(found) else found)
 
     @property
     def bootstrap_servers(self) -> str:

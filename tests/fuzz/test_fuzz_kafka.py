@@ -2,8 +2,9 @@
 
 - ``test_kafka_profile``: a few hundred hypothesis-drawn Kafka cases with a fixed seed against one
   broker (Produce requests well-formed and mutated, whole-request mutations, hostile queries,
-  half-sent requests), read back through the Kafka listener every 10 cases and through sparklog's
-  own fetches every 100, restarts (SIGTERM, ``kill -9``) at the end: no invariant failure, no
+  half-sent requests, SASL logins: ``test_fuzz_kafka_login.py`` has their own profile), read
+  back through the Kafka listener every 10 cases and through sparklog's own fetches every 100,
+  restarts (SIGTERM, ``kill -9``) at the end: no invariant failure, no
   crash, no finding; then the case log replayed on a fresh cluster, equally clean.
 - ``test_kafka_long_profile``: only with ``--fuzz-cases N`` (or ``SPARKLOG_FUZZ_CASES=N``) and
   ``SPARKLOG_FUZZ_KAFKA=1``; ``sparklog fuzz --kafka`` runs it from the command line.

@@ -9,9 +9,10 @@ import scramp
 from kazoo.client import KazooClient
 
 from sparklog.coordination.zk_layout import ZkLayout
-from sparklog.errors import InvalidUserName, UnacceptableCredential
+from sparklog.errors import AuthenticationFailed, InvalidUserName, UnacceptableCredential
 from sparklog.security.credential_store import MAX_ITERATIONS, MIN_ITERATIONS, CredentialStore
 from sparklog.security.credentials import SCRAM_SHA_256, ScramCredential, new_salt, salted_password
+from sparklog.security.sasl_exchange import PLAIN, REFUSED, Decoys, SaslExchange
 
 LAYOUT = ZkLayout("/sparklog")
 
@@ -25,6 +26,21 @@ def test_a_credential_from_the_salted_password_is_scramps_credential_from_the_pa
     assert made.matches(password) and not made.matches(password + "x")
     created = ScramCredential.create(password, 4096)
     assert created.matches(password) and created.salt != salt  # a new salt every time
+
+
+def test_a_plain_login_with_a_password_saslprep_refuses_is_refused_like_any_wrong_one() -> None:
+    """Found by ``sparklog fuzz --kafka`` (kafka-login): such a password raised scramp's error out of
+    the PLAIN check, and the Kafka listener closed the connection without its
+    SASL_AUTHENTICATION_FAILED answer (the Flight handshake logged it as an unexpected failure and
+    refused with another message than a wrong password's)."""
+    credential = ScramCredential.create("alice-secret", 4096)
+    assert not credential.matches("\x07alice-secret") and not credential.matches("\u0627\u0031")
+    lookup = lambda user: (credential, 1) if user == "alice" else None  # noqa: E731
+    for user in ("alice", "nobody"):  # a real user and an unknown one (a decoy credential) alike
+        exchange = SaslExchange(PLAIN, lookup, Decoys(b"cluster secret"))
+        with pytest.raises(AuthenticationFailed) as refused:
+            exchange.step(f"\0{user}\0\x07alice-secret".encode())
+        assert str(refused.value) == REFUSED
 
 
 def test_passwords_scram_cannot_take_are_refused() -> None:

@@ -1,4 +1,4 @@
-"""``sparklog fuzz [--minutes N] [--cases N] [--seed S] [--brokers B] [--low-privilege | --kafka]``:
+"""``sparklog fuzz [--minutes N] [--cases N] [--seed S] [--brokers B] [--low-privilege | --kafka [--kinds K,...]]``:
 fuzz a live local cluster.
 
 Starts a :class:`~sparklog.local_cluster.LocalCluster` (its own ZooKeeper, in a temporary directory
@@ -20,10 +20,16 @@ reaching that user (or ``fz-own``), or an answer its ACLs do not allow, is an in
 record batches well-formed or mutated (flipped, cut, lying fields, compression bombs), idempotent
 producers' retried batches, whole-request mutations (garbage, cut or oversized frames, unknown APIs
 and versions), hostile Fetch, ListOffsets, Metadata, OffsetForLeaderEpoch and InitProducerId
-requests, and connections left half-sent. After each case every listener must answer ApiVersions
-and Metadata on a fresh connection; everything acknowledged must read back identical through a
-Kafka Fetch (and through sparklog's own fetches at the full checks); a refused request must have
-stored nothing. A case log of a Kafka run is replayed as one (``--replay``).
+requests, connections left half-sent, and SASL logins on each broker's SASL_PLAINTEXT listener
+(wrong passwords, unknown users, mechanisms not enabled, messages out of order, mutated or replayed
+SCRAM messages, oversized messages and frames, requests before a login or after its session's
+lifetime, a second login as another user). After each case every listener must answer ApiVersions
+and Metadata on a fresh connection (a SASL listener after a login); everything acknowledged must
+read back identical through a Kafka Fetch (and through sparklog's own fetches at the full checks);
+a refused request must have stored nothing; a login must succeed only with the right user,
+password and mechanism, and nothing but ApiVersions and the login may be answered before it.
+``--kinds`` draws only some case kinds (``kafka-produce``, ``kafka-frame``, ``kafka-query``,
+``kafka-hang``, ``kafka-login``). A case log of a Kafka run is replayed as one (``--replay``).
 """
 
 from __future__ import annotations
@@ -79,10 +85,21 @@ def add_fuzz(sub: argparse._SubParsersAction) -> None:
         action="store_true",
         help="send the cases to the brokers' Kafka-protocol listeners: Produce requests with well-formed or "
         "mutated record batches (flipped, cut, lying fields, compression bombs, every codec), idempotent "
-        "producers' retries, whole-request mutations (garbage, cut or oversized frames, unknown APIs and "
-        "versions), hostile Fetch/ListOffsets/Metadata/OffsetForLeaderEpoch/InitProducerId requests and "
-        "half-sent requests; each listener must keep answering, everything acknowledged must read back "
-        "identical through a Kafka Fetch and sparklog's reader, and a refused request must store nothing",
+        "producers' retries (kafka-produce), whole-request mutations (garbage, cut or oversized frames, "
+        "unknown APIs and versions: kafka-frame), hostile Fetch/ListOffsets/Metadata/OffsetForLeaderEpoch/"
+        "InitProducerId requests (kafka-query), half-sent requests (kafka-hang) and SASL logins on a "
+        "SASL_PLAINTEXT listener (wrong passwords, unknown users, odd mechanisms, out-of-order, mutated or "
+        "replayed SCRAM messages, oversized messages and frames, requests before a login or after its "
+        "session: kafka-login); each listener must keep answering, everything acknowledged must read back "
+        "identical through a Kafka Fetch and sparklog's reader, a refused request must store nothing, and "
+        "only a right login may be served",
+    )
+    p.add_argument(
+        "--kinds",
+        default=None,
+        metavar="K,...",
+        help="with --kafka: draw only these case kinds (kafka-produce, kafka-frame, kafka-query, kafka-hang, "
+        "kafka-login)",
     )
     p.add_argument("--replay", default=None, metavar="CASES.jsonl", help="apply the cases of a case log again")
     p.add_argument("--upto", type=int, default=None, metavar="I", help="with --replay: stop after case I")
@@ -94,7 +111,7 @@ def add_fuzz(sub: argparse._SubParsersAction) -> None:
 
 def run_fuzz_command(args: argparse.Namespace) -> int:
     try:
-        from sparklog.fuzz.kafka_cases import is_kafka_case
+        from sparklog.fuzz.kafka_cases import KAFKA_KINDS, is_kafka_case
         from sparklog.fuzz.runner import FuzzConfig, print_progress, read_case_log, run_fuzz
     except ImportError as exc:
         raise CliError(f"sparklog fuzz needs hypothesis ({exc}): pip install 'sparklog[test]'") from None
@@ -106,6 +123,12 @@ def run_fuzz_command(args: argparse.Namespace) -> int:
         raise CliError("--restart-every must be 0 (at the end only) or positive")
     if args.kafka and args.low_privilege:
         raise CliError("--kafka and --low-privilege do not go together (a secured cluster opens no Kafka listener)")
+    kinds = tuple(KAFKA_KINDS)
+    if args.kinds is not None:
+        kinds = tuple(k.strip() for k in args.kinds.split(",") if k.strip())
+        unknown = [k for k in kinds if k not in KAFKA_KINDS]
+        if not args.kafka or not kinds or unknown:
+            raise CliError(f"--kinds takes --kafka and some of {', '.join(KAFKA_KINDS)} (got {args.kinds!r})")
     replay = None
     if args.replay:
         try:
@@ -126,7 +149,7 @@ def run_fuzz_command(args: argparse.Namespace) -> int:
     if args.low_privilege:
         what += "; as a low-privilege user on a secured cluster"
     if kafka:
-        what += "; on the Kafka listeners"
+        what += "; on the Kafka listeners" + (f" ({', '.join(kinds)})" if args.kinds else "")
     limit = f", at most {args.minutes:g} min" if args.minutes else ""
     print_progress(f"{what}{limit}; case log {log_path}")
     config = FuzzConfig(
@@ -143,6 +166,7 @@ def run_fuzz_command(args: argparse.Namespace) -> int:
         replay=replay,
         low_privilege=args.low_privilege,
         kafka=kafka,
+        kafka_kinds=kinds,
     )
     report = run_fuzz(config)
     failed = not report.ok or (args.strict and report.findings)

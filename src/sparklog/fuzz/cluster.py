@@ -7,7 +7,10 @@ of issue 15) and ``fz-zstd`` (stored with ``compression=zstd``). With several br
 has ``min(brokers, 3)`` replicas: followers copy what leaders stored, and a restart moves
 leadership to them, so what they stored is read back too. The Kafka mode (``kafka``) adds
 ``fz-small`` (``max.message.bytes`` 64 KiB) and ``fz-logtime`` (``LogAppendTime``); every broker
-then serves Kafka clients too (:meth:`FuzzCluster.kafka_port`).
+then serves Kafka clients too, on a PLAINTEXT listener (:meth:`FuzzCluster.kafka_port`) and a
+SASL_PLAINTEXT one (:meth:`FuzzCluster.sasl_port`: SCRAM-SHA-256 and PLAIN, sessions of
+:data:`REAUTH_MS`), whose users (:data:`~sparklog.fuzz.kafka_sasl.USERS`, random passwords in
+:attr:`FuzzCluster.passwords`) the fuzzer writes to ZooKeeper itself.
 
 ``low_privilege``: a secured cluster (``LocalCluster(secure=True)``) with the topics ``fz-own``,
 ``fz-drop`` (its batches stored zstd-compressed) and ``fz-secret``, the user of
@@ -19,19 +22,28 @@ offsets, pings, read-backs) go as ``admin`` (:attr:`FuzzCluster.admin`); the cas
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from sparklog.config import TopicConfig
-from sparklog.fuzz import flight_ops, privileges
+from sparklog.coordination.cluster import ClusterMetadata
+from sparklog.coordination.ports import free_port
+from sparklog.errors import InvalidUserName
+from sparklog.fuzz import flight_ops, kafka_sasl, privileges
 from sparklog.fuzz.crash_log import fatal_error
+from sparklog.fuzz.kafka_wire import KafkaWire
 from sparklog.fuzz.ledger import Entry
 from sparklog.local_cluster import LocalCluster
 from sparklog.security.client_config import ClientSecurity
+from sparklog.security.credential_store import CredentialStore
 
 READY_TIMEOUT_S = 60.0
+HOST = "127.0.0.1"
+REAUTH_MS = 2000  # the SASL listeners' connections.max.reauth.ms: short, so cases can outlive a session
 DEFAULT_MAX_MESSAGE_BYTES = TopicConfig().max_message_bytes
 
 
@@ -123,6 +135,10 @@ class FuzzCluster:
         self.access: privileges.Access | None = privileges.ACCESS if low_privilege else None
         self.secrets: privileges.Secrets | None = privileges.Secrets() if low_privilege else None
         self.filled: list[Entry] = []  # the admin's records (low-privilege mode), for the ledger
+        self.kafka = kafka
+        self.sasl_ports: dict[int, int] = {}  # each broker's SASL_PLAINTEXT Kafka listener (Kafka mode)
+        self.passwords: dict[str, str] = {}  # the SASL listeners' users (Kafka mode)
+        self.meta: ClusterMetadata | None = None  # the fuzzer's own ZooKeeper client (Kafka mode: users)
 
     # ------------------------------------------------------------------ lifecycle
     def start(self) -> FuzzCluster:
@@ -134,7 +150,20 @@ class FuzzCluster:
         if self.zookeeper_root is not None:
             zookeeper = f"{self.zookeeper_root}/fuzz-{os.getpid()}-{self.generation}-{int(time.time() * 1000) % 10**8}"
         secure = self.low_privilege
-        self.cluster = LocalCluster(data_dir, brokers=self.broker_count, zookeeper=zookeeper, secure=secure).start()
+        kafka_ports = None
+        properties = None
+        if self.kafka:
+            kafka_ports = [free_port() for _ in range(self.broker_count)]
+            self.sasl_ports = {i + 1: free_port() for i in range(self.broker_count)}
+            properties = functools.partial(self._kafka_listeners, kafka_ports=kafka_ports)
+        self.cluster = LocalCluster(
+            data_dir,
+            brokers=self.broker_count,
+            zookeeper=zookeeper,
+            secure=secure,
+            kafka_ports=kafka_ports,
+            broker_properties=properties,
+        ).start()
         if secure:
             self.admin = flight_ops.Connector(ClientSecurity.from_config(self.cluster.client_config()), "admin")
         with Admin(config=self.cluster.client_config()) if secure else Admin(self.cluster.zookeeper) as admin:
@@ -149,11 +178,68 @@ class FuzzCluster:
             privileges.wait_for_user([self.location(b) for b in self.broker_ids], self.user)
             assert self.secrets is not None
             self.filled = privileges.fill(self, self.secrets)
+        if self.kafka:
+            self._add_users()
         return self
+
+    def _kafka_listeners(self, broker_id: int, kafka_ports: list[int]) -> Mapping[str, str]:
+        """A Kafka-mode broker's settings: its PLAINTEXT and SASL_PLAINTEXT Kafka listeners."""
+        return {
+            "kafka.listeners": f"PLAINTEXT://{HOST}:{kafka_ports[broker_id - 1]},"
+            f"SASL_PLAINTEXT://{HOST}:{self.sasl_ports[broker_id]}",
+            "sasl.enabled.mechanisms": ",".join(kafka_sasl.MECHANISMS),
+            "connections.max.reauth.ms": str(REAUTH_MS),
+        }
+
+    def _add_users(self) -> None:
+        """The SASL listeners' users, with new random passwords, then wait until every broker logs
+        the first one in."""
+        assert self.cluster is not None
+        self.meta = ClusterMetadata(self.cluster.zookeeper).start()
+        self.passwords = kafka_sasl.new_passwords()
+        store = CredentialStore(self.meta.zk, self.meta.layout)
+        for user, password in self.passwords.items():
+            store.upsert(user, password)
+        deadline = time.monotonic() + READY_TIMEOUT_S
+        for broker_id in self.broker_ids:
+            while True:
+                problem = self.login_problem(broker_id)
+                if problem is None:
+                    break
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"broker {broker_id}'s SASL listener does not log the fuzz user in: {problem}")
+                time.sleep(0.2)
+
+    def login_problem(self, broker_id: int, mechanism: str = kafka_sasl.SCRAM) -> str | None:
+        """Why ``fz-user`` cannot log in on the broker's SASL listener (None: it can)."""
+        user = kafka_sasl.FUZZ_USER
+        try:
+            with KafkaWire(HOST, self.sasl_port(broker_id), timeout=5.0) as wire:
+                answer = wire.login(user, self.passwords[user], mechanism)
+        except OSError as exc:
+            return f"cannot connect: {exc}"
+        if answer.response is None:
+            return f"no answer ({answer.problem})"
+        return f"error code {answer.response.error_code}" if answer.response.error_code else None
+
+    def users(self) -> dict[str, int | None]:
+        """Every user in ZooKeeper and its credential's version (Kafka mode)."""
+        assert self.meta is not None
+        store = CredentialStore(self.meta.zk, self.meta.layout)
+        found: dict[str, int | None] = {}
+        for user in store.users():
+            try:
+                found[user] = store.version(user)
+            except InvalidUserName:  # a znode no login could have made: listed, without a version
+                found[user] = None
+        return found
 
     def stop(self) -> list[str]:
         self.admin.forget()
         self.user.forget()
+        if self.meta is not None:
+            self.meta.close()
+            self.meta = None
         if self.cluster is None:
             return []
         problems = self.cluster.stop()
@@ -181,6 +267,10 @@ class FuzzCluster:
         port = self.cluster.brokers[broker_id].kafka_port
         assert port is not None, "a secured cluster opens no Kafka listener"
         return port
+
+    def sasl_port(self, broker_id: int) -> int:
+        """The broker's SASL_PLAINTEXT Kafka listener (Kafka mode)."""
+        return self.sasl_ports[broker_id]
 
     def location(self, broker_id: int) -> str:
         return self.admin.location(flight_ops.HOST, self.port(broker_id))

@@ -20,6 +20,8 @@ classify what came back, record what was acknowledged.
   ``wrong-answer``; no answer in time is ``no-answer``.
 - A case with a compression bomb measures the broker's peak memory: growing by more than
   :data:`MEMORY_SLACK_MB` plus a few times the topic's ``max.message.bytes`` is ``memory-spike``.
+- Login cases (``kafka-login``) go to :class:`~sparklog.fuzz.kafka_login.LoginApplier`; after one,
+  every SASL listener must log a user in on a fresh connection and answer Metadata.
 """
 
 from __future__ import annotations
@@ -55,11 +57,13 @@ from sparklog.fuzz.kafka_cases import (
     API_KEYS,
     KAFKA_FRAME,
     KAFKA_HANG,
+    KAFKA_LOGIN,
     KAFKA_PRODUCE,
     KAFKA_QUERY,
     ODD_TOPICS,
     VERSIONS,
 )
+from sparklog.fuzz.kafka_login import LoginApplier
 from sparklog.fuzz.kafka_wire import CLOSED, SILENT, Answer, KafkaWire, decode_response
 from sparklog.fuzz.ledger import Entry, Ledger
 from sparklog.fuzz.report import (
@@ -155,10 +159,12 @@ class KafkaApplier:
         self.served: dict[int, tuple[int, int]] = {}  # the API table the listener advertises
         self.creatable: set[str] = set()  # names a Metadata request allowed to create (they may exist)
         self.lingering = ops.Lingering()
+        self.login = LoginApplier(cluster, self._end)
 
     def reset(self) -> None:
         """A fresh cluster: nothing known of it."""
         self.disconnect()
+        self.login.reset()
         self.producers.clear()
         self.streams.clear()
         self.served.clear()
@@ -179,6 +185,7 @@ class KafkaApplier:
             KAFKA_FRAME: self._frame,
             KAFKA_QUERY: self._query,
             KAFKA_HANG: self._hang,
+            KAFKA_LOGIN: self.login.apply,
         }[case.kind]
         outcome = handler(case)
         for anomaly in outcome.anomalies:
@@ -922,7 +929,7 @@ class KafkaApplier:
         if advertised and isinstance(got, bytes):
             answer = decode_response(key, version, got, 11)
             if answer.response is not None:
-                found += _codes_in(answer.response, f"API {key} v{version} of random bytes")
+                found += ops.codes_in(answer.response, f"API {key} v{version} of random bytes")
         return found, label, None
 
     def _client_id(self, wire: KafkaWire, p: dict[str, Any]) -> tuple[list[Anomaly], str, int | None]:
@@ -1077,7 +1084,8 @@ class KafkaApplier:
     # ------------------------------------------------------------------ checks between cases
     def health(self) -> tuple[list[int], list[Anomaly]]:
         """Every live broker's Kafka listener answers ApiVersions and Metadata on a fresh
-        connection: the brokers whose listener does not (after a second try), and findings."""
+        connection (after a login case, its SASL listener logs a user in and answers Metadata
+        too): the brokers whose listener does not (after a second try), and findings."""
         silent: list[int] = []
         findings: list[Anomaly] = []
         topics = sorted(self.cluster.topics)
@@ -1094,10 +1102,13 @@ class KafkaApplier:
             findings += found
             if table:
                 self.served = table
-        return silent, findings
+        sasl_silent, sasl_findings = self.login.health()
+        silent += [b for b in sasl_silent if b not in silent]
+        return silent, findings + sasl_findings
 
     def lingering_connections(self) -> list[Anomaly]:
         ports = {self.cluster.kafka_port(b) for b in self.cluster.broker_ids}
+        ports |= {self.cluster.sasl_port(b) for b in self.cluster.broker_ids if b in self.cluster.sasl_ports}
         found = self.lingering.look(ports)
         return [
             Anomaly(
@@ -1139,24 +1150,3 @@ def _flexible(api: str, version: int) -> bool:
         "api-versions": ApiVersionsRequest,
     }
     return ops.is_flexible(classes[api], version)
-
-
-def _codes_in(message: Any, what: str) -> list[Anomaly]:
-    """Every ``error_code`` in a decoded response: UNKNOWN_SERVER_ERROR and codes Kafka does not
-    define are findings."""
-    found: list[Anomaly] = []
-    stack = [message]
-    seen = 0
-    while stack and seen < 10_000:
-        item = stack.pop()
-        seen += 1
-        code = getattr(item, "error_code", None)
-        if isinstance(code, int) and (code == ops.UNKNOWN_SERVER_ERROR or code not in ops.KNOWN_CODES):
-            found += ops.check_code(what, code, ops.KNOWN_CODES)
-        for name in getattr(item, "__slots__", ()):
-            value = getattr(item, name, None)
-            if isinstance(value, list):
-                stack.extend(v for v in value if hasattr(v, "__slots__"))
-            elif hasattr(value, "__slots__") and not isinstance(value, (str, bytes)):
-                stack.append(value)
-    return found

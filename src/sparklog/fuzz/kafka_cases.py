@@ -20,6 +20,20 @@ draw them: plain data, applied by :mod:`sparklog.fuzz.kafka_ops`.
   and the illegal ones it must refuse.
 - ``kafka-hang``: a connection that sends half a request (or nothing) and stays open while the
   next cases run, or a long-poll fetch its client leaves.
+- ``kafka-login``: a sequence of 1-6 steps on one connection to a broker's SASL_PLAINTEXT listener
+  (sometimes its PLAINTEXT one, where any SASL request must be refused cleanly), judged by
+  :mod:`sparklog.fuzz.kafka_login`: logins (SCRAM-SHA-256 or PLAIN as ``fz-user``, ``fz-other``,
+  ``fz-long`` or users nobody created; right, wrong, empty, prefixed or control-character
+  passwords; mechanisms not enabled or garbage; a handshake, ApiVersions or Metadata in the middle
+  of a login, or Metadata sent with its last message; SCRAM's client-first or client-final
+  flipped, cut or extended, with a wrong nonce, channel binding or proof, an authorization id,
+  extensions, the client-final of an earlier login replayed; messages padded to just below or
+  above 4096 bytes), a SaslHandshake or SaslAuthenticate
+  on its own (before a handshake, after a login, in unserved versions), other requests (Metadata,
+  Fetch, ListOffsets, ApiVersions, and before a login Produce, InitProducerId and a Metadata that
+  would create a topic), frames around 512 KiB, and waits until a session's lifetime
+  (``connections.max.reauth.ms``) is over. Passwords are symbolic (``right``, ``wrong``, ...),
+  resolved against the cluster's users when the case is applied.
 
 Symbolic values resolved when a case is applied: offsets ``$end``, ``$end+1``, ``$start``,
 ``$mid`` (the partition's log then) and epochs ``$epoch``, ``$epoch+1`` (its leader epoch).
@@ -34,13 +48,17 @@ from hypothesis import strategies as st
 
 from sparklog.fuzz import cases
 from sparklog.fuzz.kafka_batches import BOMB_KINDS, DELTAS, FIELDS, IGNORED_FIELDS, TIMESTAMP_MODES
+from sparklog.fuzz.kafka_sasl import FUZZ_USER, LONG_USER, MECHANISMS, OTHER_USER, PLAIN, SCRAM, USERS
 from sparklog.fuzz.strategies import SEEDS, weighted
+from sparklog.kafka.listener_security import SASL_MAX_RECEIVE_BYTES
+from sparklog.security.sasl_exchange import MAX_MESSAGE
 
 KAFKA_PRODUCE = "kafka-produce"
 KAFKA_FRAME = "kafka-frame"
 KAFKA_QUERY = "kafka-query"
 KAFKA_HANG = "kafka-hang"
-KAFKA_KINDS = (KAFKA_PRODUCE, KAFKA_FRAME, KAFKA_QUERY, KAFKA_HANG)
+KAFKA_LOGIN = "kafka-login"
+KAFKA_KINDS = (KAFKA_PRODUCE, KAFKA_FRAME, KAFKA_QUERY, KAFKA_HANG, KAFKA_LOGIN)
 
 # the versions the listener serves (docs/kafka-protocol.md); a case names others on purpose only
 VERSIONS = {
@@ -398,9 +416,211 @@ def hang_case(draw: st.DrawFn, topology: KafkaTopology) -> cases.Case:
     return cases.Case(KAFKA_HANG, params)
 
 
+# ----------------------------------------------------------------------------------------- logins
+SASL_LISTENER = "sasl"
+PLAINTEXT_LISTENER = "plaintext"
+ODD_MECHANISMS = (
+    "SCRAM-SHA-512",
+    "GSSAPI",
+    "OAUTHBEARER",
+    "plain",
+    "",
+    "SCRAM-SHA-256-PLUS",
+    "PLAIN\x00",
+    "SCRAM-SHA-256 ",
+    "M" * 300,
+)
+UNKNOWN_USERS = ("fz-nobody", "FZ-USER", "fz-user ", "fz,user", "fz=user", "ü-user", "", "a" * 300, "admin")
+# symbolic passwords (kafka_login resolves them); "saslprep" is the right one with a soft hyphen,
+# which SASLprep maps to nothing
+PASSWORDS = ("right", "wrong", "empty", "control", "prefix", "other", "saslprep", "long")
+SCRAM_FIRST_MUTATIONS = (
+    "flip",
+    "cut",
+    "extend",
+    "gs2-y",  # the client supports channel binding, thinks the broker does not (consistent)
+    "authzid-self",  # n,a=<user>, (consistent)
+    "authzid-other",  # n,a=<another user>, (consistent)
+    "cbind-p",  # p=tls-unique: channel binding required, which a plaintext listener cannot give
+    "mext",  # a mandatory extension (m=), which the broker must refuse
+    "extension",  # an optional extension after the nonce (consistent)
+    "size",  # padded (an extension or the nonce) to a size around 4096 bytes
+)
+SCRAM_FINAL_MUTATIONS = (
+    "flip",
+    "cut",
+    "extend",
+    "nonce",  # another nonce, the proof computed over it
+    "cbind",  # channel-binding data other than the gs2 header sent
+    "proof",  # a proof of zeros, too short or empty
+    "order",  # r= before c=
+    "extension",  # an extension before the proof (consistent)
+    "replay-final",  # the client-final of an earlier login of the same user
+    "replay-both",  # both messages of an earlier login
+)
+PLAIN_MUTATIONS = ("flip", "cut", "extend", "authzid-self", "authzid-other", "fields", "size")
+# every request but ApiVersions must close a connection that has not logged in; these three only
+# before a login (they would change what the broker stores)
+BEFORE_LOGIN_ONLY = ("produce", "init-pid", "metadata-create")
+LOGIN_REQUESTS = ("api-versions", "metadata", "list-offsets", "fetch", *BEFORE_LOGIN_ONLY)
+MESSAGE_SIZES = (MAX_MESSAGE - 2, MAX_MESSAGE - 1, MAX_MESSAGE, MAX_MESSAGE + 1, MAX_MESSAGE + 5, MAX_MESSAGE + 900)
+FRAME_SIZES = (
+    SASL_MAX_RECEIVE_BYTES - 100,
+    SASL_MAX_RECEIVE_BYTES - 1,
+    SASL_MAX_RECEIVE_BYTES,
+    SASL_MAX_RECEIVE_BYTES + 1,
+    SASL_MAX_RECEIVE_BYTES + 100,
+    600 * 1024,
+    1 << 20,
+)
+
+
+def may_log_in(step: dict[str, Any]) -> bool:
+    """Whether a login step (or a lone SaslAuthenticate) could leave its connection logged in."""
+    if step["op"] == "authenticate":
+        return step["token"] == "plain-right"
+    return (
+        step["op"] == "login"
+        and step["mechanism"] in MECHANISMS
+        and step["user"] in USERS
+        and step["password"] in ("right", "saslprep")
+    )
+
+
 @st.composite
-def kafka_case(draw: st.DrawFn, topology: KafkaTopology) -> cases.Case:
-    """One Kafka case: mostly produce requests, then queries, whole-request mutations and hangs."""
-    kind = weighted(draw, [(10, KAFKA_PRODUCE), (5, KAFKA_QUERY), (4, KAFKA_FRAME), (2, KAFKA_HANG)])
-    strategy = {KAFKA_PRODUCE: produce_case, KAFKA_QUERY: query_case, KAFKA_FRAME: frame_case, KAFKA_HANG: hang_case}
-    return draw(strategy[kind](topology))
+def correct_login(draw: st.DrawFn) -> dict[str, Any]:
+    """A login as a real client makes it (the right password of a known user)."""
+    return {
+        "op": "login",
+        "mechanism": draw(st.sampled_from(MECHANISMS)),
+        "user": weighted(draw, [(4, FUZZ_USER), (1, OTHER_USER), (1, LONG_USER)]),
+        "password": "right",
+        "version": weighted(draw, [(4, 2), (1, 1), (1, 0)]),
+        "mutation": None,
+        "interrupt": None,
+        "pipeline": weighted(draw, [(6, False), (1, True)]),
+    }
+
+
+@st.composite
+def login_step_login(draw: st.DrawFn) -> dict[str, Any]:
+    mechanism = weighted(draw, [(6, SCRAM), (4, PLAIN), (1, draw(st.sampled_from(ODD_MECHANISMS)))])
+    user = weighted(draw, [(8, FUZZ_USER), (2, OTHER_USER), (1, LONG_USER), (3, draw(st.sampled_from(UNKNOWN_USERS)))])
+    password = weighted(draw, [(10, "right"), (6, draw(st.sampled_from(PASSWORDS)))])
+    step: dict[str, Any] = {
+        "op": "login",
+        "mechanism": mechanism,
+        "user": user,
+        "password": password,
+        "version": weighted(draw, [(4, 2), (1, 1), (1, 0)]),
+        "mutation": None,
+        "interrupt": weighted(draw, [(14, None), (1, "handshake"), (1, "api-versions"), (1, "metadata")]),
+        # a Metadata request sent with the login's last message: answered only if the login succeeds
+        "pipeline": weighted(draw, [(4, False), (1, True)]),
+    }
+    if draw(st.integers(0, 2)) == 0:
+        if mechanism == PLAIN:
+            op = draw(st.sampled_from(PLAIN_MUTATIONS))
+            mutation: dict[str, Any] = {"target": "plain", "op": op}
+        else:
+            target = draw(st.sampled_from(["first", "final"]))
+            op = draw(st.sampled_from(SCRAM_FIRST_MUTATIONS if target == "first" else SCRAM_FINAL_MUTATIONS))
+            mutation = {"target": target, "op": op}
+            if op == "size":
+                mutation["via"] = draw(st.sampled_from(["extension", "nonce"]))
+        if op == "flip":
+            mutation["n"] = weighted(draw, [(4, 1), (1, 3)])
+        elif op == "cut":
+            mutation["keep"] = draw(st.floats(0.0, 0.99))
+        elif op == "extend":
+            mutation["n"] = weighted(draw, [(4, draw(st.integers(1, 8))), (1, draw(st.integers(9, 300)))])
+        elif op == "size":
+            mutation["n"] = draw(st.sampled_from(MESSAGE_SIZES))
+        elif op == "nonce":
+            mutation["how"] = draw(st.sampled_from(["flip-server", "flip-client", "cut-server", "append"]))
+        elif op == "proof":
+            mutation["how"] = draw(st.sampled_from(["zeros", "short", "empty", "other-password"]))
+        elif op == "cbind":
+            mutation["how"] = draw(st.sampled_from(["y", "p", "garbage", "empty-authzid"]))
+        step["mutation"] = mutation
+    return step
+
+
+@st.composite
+def login_step(draw: st.DrawFn, topology: KafkaTopology, logged: bool, plaintext: bool) -> dict[str, Any]:
+    """One step of a login case; ``logged``: an earlier step may have logged the connection in (a
+    plaintext listener's always is), so no request that would store something comes now."""
+    op = weighted(
+        draw,
+        [(10, "login"), (5, "request"), (2, "handshake"), (2, "authenticate"), (1, "frame")]
+        + ([(2, "wait")] if logged and not plaintext else []),
+    )
+    if op == "login":
+        return draw(login_step_login())
+    if op == "handshake":
+        mechanism = weighted(draw, [(3, draw(st.sampled_from(MECHANISMS))), (2, draw(st.sampled_from(ODD_MECHANISMS)))])
+        return {"op": op, "mechanism": mechanism, "version": weighted(draw, [(8, 1), (1, 0), (1, 2)])}
+    if op == "authenticate":
+        token = weighted(draw, [(3, "random"), (1, "empty"), (1, "plain-right"), (1, "scram-first")])
+        version = weighted(draw, [(4, 2), (1, 1), (1, 0), (1, draw(st.sampled_from([3, 100, -1])))])
+        n = weighted(draw, [(4, draw(st.integers(1, 64))), (1, draw(st.sampled_from(MESSAGE_SIZES)))])
+        return {"op": op, "token": token, "n": n, "version": version, "seed": draw(SEEDS)}
+    if op == "frame":
+        content = draw(st.sampled_from(["api-versions", "sasl-authenticate"]))
+        return {"op": op, "size": draw(st.sampled_from(FRAME_SIZES)), "content": content}
+    if op == "wait":
+        return {"op": op}
+    return draw(login_request(topology, logged))
+
+
+@st.composite
+def login_request(draw: st.DrawFn, topology: KafkaTopology, logged: bool) -> dict[str, Any]:
+    """A request other than the login's (none that would store something if ``logged``)."""
+    apis = LOGIN_REQUESTS if not logged else tuple(a for a in LOGIN_REQUESTS if a not in BEFORE_LOGIN_ONLY)
+    api = draw(st.sampled_from(apis))
+    topic = draw(st.sampled_from(sorted(topology.topics)))
+    return {"op": "request", "api": api, "topic": topic, "partition": draw(st.integers(0, topology.topics[topic] - 1))}
+
+
+@st.composite
+def login_case(draw: st.DrawFn, topology: KafkaTopology) -> cases.Case:
+    """A ``kafka-login`` case: steps on one connection to a SASL (or the PLAINTEXT) listener."""
+    listener = weighted(draw, [(7, SASL_LISTENER), (1, PLAINTEXT_LISTENER)])
+    plaintext = listener == PLAINTEXT_LISTENER
+    n = weighted(draw, [(2, 1), (4, 2), (4, 3), (2, 4), (1, 6)])
+    steps: list[dict[str, Any]] = []
+    logged = plaintext
+    for i in range(n):
+        # half the cases log in first, so that what follows a login is fuzzed as much as the login
+        first = i == 0 and not plaintext and draw(st.booleans())
+        step = draw(correct_login()) if first else draw(login_step(topology, logged, plaintext))
+        logged = logged or may_log_in(step)
+        steps.append(step)
+        if step["op"] == "wait":  # then something that finds the session over
+            after = weighted(draw, [(3, login_request(topology, True)), (2, correct_login()), (1, login_step_login())])
+            steps.append(draw(after))
+    params = {
+        "listener": listener,
+        "broker": draw(st.integers(0, max(0, len(topology.brokers) - 1))),
+        "seed": draw(SEEDS),
+        "steps": steps,
+    }
+    return cases.Case(KAFKA_LOGIN, params)
+
+
+STRATEGIES = {
+    KAFKA_PRODUCE: produce_case,
+    KAFKA_QUERY: query_case,
+    KAFKA_FRAME: frame_case,
+    KAFKA_HANG: hang_case,
+    KAFKA_LOGIN: login_case,
+}
+WEIGHTS = {KAFKA_PRODUCE: 10, KAFKA_QUERY: 5, KAFKA_FRAME: 4, KAFKA_HANG: 2, KAFKA_LOGIN: 3}
+
+
+@st.composite
+def kafka_case(draw: st.DrawFn, topology: KafkaTopology, kinds: tuple[str, ...] = KAFKA_KINDS) -> cases.Case:
+    """One Kafka case of ``kinds``: mostly produce requests, then queries, whole-request
+    mutations, logins and hangs."""
+    kind = weighted(draw, [(WEIGHTS[k], k) for k in kinds])
+    return draw(STRATEGIES[kind](topology))

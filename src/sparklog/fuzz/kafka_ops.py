@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import kafka.errors as kerr
+import scramp
 from kafka.protocol.consumer import FetchRequest, ListOffsetsRequest, OffsetForLeaderEpochRequest
 from kafka.protocol.metadata import ApiVersionsRequest, MetadataRequest
 from kafka.protocol.producer import InitProducerIdRequest, ProduceRequest
@@ -116,6 +117,27 @@ def check_code(what: str, code: int, allowed: frozenset[int] | set[int]) -> list
         expected = ", ".join(code_name(c) for c in sorted(allowed))
         return [Anomaly(WRONG_ERROR, f"{what}: {code_name(code)}, not one of {expected}")]
     return []
+
+
+def codes_in(message: Any, what: str) -> list[Anomaly]:
+    """Every ``error_code`` in a decoded response: UNKNOWN_SERVER_ERROR and codes Kafka does not
+    define are findings."""
+    found: list[Anomaly] = []
+    stack = [message]
+    seen = 0
+    while stack and seen < 10_000:
+        item = stack.pop()
+        seen += 1
+        code = getattr(item, "error_code", None)
+        if isinstance(code, int) and (code == UNKNOWN_SERVER_ERROR or code not in KNOWN_CODES):
+            found += check_code(what, code, KNOWN_CODES)
+        for name in getattr(item, "__slots__", ()):
+            value = getattr(item, name, None)
+            if isinstance(value, list):
+                stack.extend(v for v in value if hasattr(v, "__slots__"))
+            elif hasattr(value, "__slots__") and not isinstance(value, (str, bytes)):
+                stack.append(value)
+    return found
 
 
 # ----------------------------------------------------------------------------------------- requests
@@ -259,6 +281,33 @@ def listener_health(port: int, topics: list[str]) -> tuple[str | None, list[Anom
         if not metadata.response.brokers:
             findings.append(Anomaly(WRONG_ERROR, "Metadata lists no broker"))
     return None, findings, table
+
+
+def sasl_listener_health(
+    port: int, user: str, password: str, mechanism: str, topics: list[str]
+) -> tuple[str | None, list[Anomaly]]:
+    """A login (``mechanism``) and Metadata on a fresh connection to a SASL listener: why the
+    listener is not serving (None: it is), and findings in its answers."""
+    try:
+        wire = KafkaWire(HOST, port, timeout=HEALTH_TIMEOUT_S)
+    except OSError as exc:
+        return f"cannot connect to the SASL listener on port {port}: {exc}", []
+    with wire:
+        try:
+            login = wire.login(user, password, mechanism)
+        except scramp.ScramException as exc:  # the broker's answers do not make a SCRAM login
+            return f"a {mechanism} login of {user} on a fresh connection: {exc}", []
+        if login.response is None:
+            return f"a {mechanism} login of {user} on a fresh connection: {login.problem}", []
+        if login.response.error_code:
+            return f"a {mechanism} login of {user} refused with {code_name(login.response.error_code)}", []
+        metadata = wire.exchange(metadata_request(12, topics))
+        if metadata.response is None:
+            return f"Metadata after a {mechanism} login: {metadata.problem}", []
+        findings: list[Anomaly] = []
+        for topic in metadata.response.topics:
+            findings += check_code(f"Metadata of {topic.name!r}", topic.error_code, ALLOWED["metadata-topic"])
+    return None, findings
 
 
 # ----------------------------------------------------------------------------------------- processes

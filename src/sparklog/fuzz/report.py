@@ -3,7 +3,9 @@
 *Failures* break an invariant (the broker died or stopped answering, acknowledged data is gone,
 different or unreadable, a restart did not recover, a refused request stored records; in the
 low-privilege mode, a secret record reached the user or a request its ACLs do not allow was
-answered); the run exits non-zero on any. *Findings* are
+answered; in the Kafka mode's logins, a login succeeded that must fail, a request was answered
+before a login or after its session ended, or a refused login told an unknown user from a wrong
+password); the run exits non-zero on any. *Findings* are
 wrong answers that keep the invariants: an invalid batch acknowledged, an error without a typed
 code (or UNKNOWN_SERVER_ERROR, the broker's answer to an exception it did not expect), a request
 refused with another error than the one it must get, a call without an answer in time, a leaked
@@ -33,6 +35,9 @@ DUPLICATED = "duplicated"  # an idempotent producer's batch sent again was store
 # the low-privilege mode's (sparklog.fuzz.privileges)
 LEAK = "leak"  # a record of a topic the user may not Read reached it (or a topic it may Read)
 UNAUTHORIZED = "unauthorized"  # a request its ACLs do not allow was answered
+# the Kafka mode's SASL logins (sparklog.fuzz.kafka_login)
+AUTH_BYPASS = "auth-bypass"  # a login that must fail succeeded, or a request was answered without a live login
+USER_DISCLOSED = "user-disclosed"  # a refused login told an unknown user from a wrong password
 FAILURES = (
     CRASH,
     UNRESPONSIVE,
@@ -45,6 +50,8 @@ FAILURES = (
     DUPLICATED,
     LEAK,
     UNAUTHORIZED,
+    AUTH_BYPASS,
+    USER_DISCLOSED,
 )
 
 # findings

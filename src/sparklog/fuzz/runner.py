@@ -21,9 +21,10 @@ The admin's records are in the ledger too, so they must read back and survive th
 
 ``kafka``: the cases go to the Kafka listeners (:mod:`sparklog.fuzz.kafka_apply`, drawn by
 :func:`~sparklog.fuzz.kafka_cases.kafka_case`). After each case every listener must also answer
-ApiVersions and Metadata on a fresh connection; the checks read back through a Kafka Fetch (at the
-full ones through sparklog's fetches too) and look for connections a broker keeps after their
-clients closed them.
+ApiVersions and Metadata on a fresh connection (after a login case, every SASL listener must log a
+user in and answer Metadata too); the checks read back through a Kafka Fetch (at the full ones
+through sparklog's fetches too) and look for connections a broker keeps after their clients closed
+them. ``kafka_kinds`` narrows the cases drawn to some kinds (``kafka-login`` alone, say).
 """
 
 from __future__ import annotations
@@ -46,7 +47,7 @@ from sparklog.fuzz.apply import Applier
 from sparklog.fuzz.cases import ABANDON, ACTION, Case
 from sparklog.fuzz.cluster import FuzzCluster
 from sparklog.fuzz.kafka_apply import KafkaApplier
-from sparklog.fuzz.kafka_cases import KafkaTopology, kafka_case
+from sparklog.fuzz.kafka_cases import KAFKA_KINDS, KafkaTopology, kafka_case
 from sparklog.fuzz.kafka_readback import read_partition_kafka
 from sparklog.fuzz.ledger import Ledger
 from sparklog.fuzz.privileges import ReadableScan
@@ -79,6 +80,7 @@ class FuzzConfig:
     replay: list[Case] | None = None  # apply these cases (from a case log) instead of drawing new ones
     low_privilege: bool = False  # a secured cluster, the cases sent as a user with few ACLs (sparklog.fuzz.privileges)
     kafka: bool = False  # the cases sent to the brokers' Kafka listeners (sparklog.fuzz.kafka_cases)
+    kafka_kinds: tuple[str, ...] = KAFKA_KINDS  # the Kafka case kinds drawn
 
 
 class _Stop(BaseException):  # not an error: ends hypothesis' loop without shrinking
@@ -161,7 +163,8 @@ class Runner:
                     frozenset(topology.compacted),
                     frozenset(t.name for t in cluster.topics.values() if t.max_message_bytes < (1 << 20)),
                     tuple(cluster.broker_ids),
-                )
+                ),
+                self.config.kafka_kinds,
             )
         elif self.config.low_privilege:
             strategy = low_privilege_case(topology)

@@ -53,8 +53,13 @@ class ScramCredential:
         return cls(salt, scramp_utils.h(_HASH, client_key), scramp_utils.hmac(_HASH, salted, b"Server Key"), iterations)
 
     def matches(self, password: str) -> bool:
-        """Whether ``password`` is the one this credential was made from (PLAIN's check)."""
-        _, stored_key, _, _ = _MECHANISM.make_auth_info(password, iteration_count=self.iterations, salt=self.salt)
+        """Whether ``password`` is the one this credential was made from (PLAIN's check); never
+        one SASLprep refuses (control characters, broken bidirectional text), from which no
+        credential is made."""
+        try:
+            _, stored_key, _, _ = _MECHANISM.make_auth_info(password, iteration_count=self.iterations, salt=self.salt)
+        except scramp.ScramException:
+            return False
         return hmac.compare_digest(stored_key, self.stored_key)
 
     def to_json(self) -> bytes:
