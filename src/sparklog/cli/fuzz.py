@@ -122,7 +122,10 @@ def run_fuzz_command(args: argparse.Namespace) -> int:
     if args.restart_every < 0:
         raise CliError("--restart-every must be 0 (at the end only) or positive")
     if args.kafka and args.low_privilege:
-        raise CliError("--kafka and --low-privilege do not go together (a secured cluster opens no Kafka listener)")
+        raise CliError(
+            "--kafka and --low-privilege do not go together: --kafka fuzzes a plain cluster's Kafka listeners and "
+            "their SASL logins, --low-privilege a secured cluster's Flight calls; run them one at a time"
+        )
     kinds = tuple(KAFKA_KINDS)
     if args.kinds is not None:
         kinds = tuple(k.strip() for k in args.kinds.split(",") if k.strip())

@@ -265,7 +265,7 @@ class FuzzCluster:
         """The broker's Kafka-protocol listener (every broker of a plain cluster has one)."""
         assert self.cluster is not None
         port = self.cluster.brokers[broker_id].kafka_port
-        assert port is not None, "a secured cluster opens no Kafka listener"
+        assert port is not None, f"broker {broker_id} has no Kafka listener"
         return port
 
     def sasl_port(self, broker_id: int) -> int:
