@@ -22,12 +22,13 @@ $(KAFKA_JARS): benchmarks/fetch_kafka.sh benchmarks/kafka-pom.xml benchmarks/spa
 $(CODEC): src/sparklog/kafka/_records.c
 	$(CC) -O2 -Wall -Wextra -shared -fPIC -o $@ $<
 
-$(STAMP): setup.cfg pyproject.toml scripts/install_zookeeper.sh scripts/zookeeper-pom.xml scripts/install_delta.sh scripts/delta-pom.xml
+$(STAMP): setup.cfg pyproject.toml scripts/install_zookeeper.sh scripts/zookeeper-pom.xml scripts/install_delta.sh scripts/delta-pom.xml scripts/install_nftables.sh
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q -e '.[test]'
 	bash scripts/install_zookeeper.sh
 	bash scripts/install_delta.sh
+	bash scripts/install_nftables.sh
 	@touch $(STAMP)
 
 test: install

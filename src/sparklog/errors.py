@@ -279,6 +279,13 @@ class ClusterAuthorizationFailed(AuthorizationFailed):
     code = "CLUSTER_AUTHORIZATION_FAILED"
 
 
+class NetworkUnavailable(SparklogError):
+    """This machine (or user) cannot make the network namespaces several hosts on one machine need
+    (root and ``ip netns``), or a fault's tool (``nft``) is missing: the message says which."""
+
+    code = "NETWORK_UNAVAILABLE"
+
+
 class UnknownServerError(SparklogError):
     """The broker failed in a way it did not expect; the details are in the broker's log (never sent
     to clients)."""
