@@ -23,15 +23,16 @@ import socket
 import subprocess
 import time
 import weakref
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 
 from sparklog.child_process import preexec
 from sparklog.coordination.ports import free_port, port_is_open
 from sparklog.dir_lock import DirLock
-from sparklog.errors import ZooKeeperNotAvailable, ZooKeeperStartError
+from sparklog.errors import InvalidConfig, ZooKeeperNotAvailable, ZooKeeperStartError
 from sparklog.file_modes import DIRECTORY_MODE, OWNER_ONLY_UMASK, open_for_append, restrict_tree
+from sparklog.netns import inside
 
 __all__ = [
     "CLASSPATH_ENV",
@@ -202,6 +203,9 @@ class EmbeddedZooKeeper:
         tick_time_ms: int = 500,
         jvm_options: Sequence[str] = (),
         secure: bool = False,
+        ensemble: Mapping[int, str] | None = None,
+        server_id: int | None = None,
+        namespace: str | None = None,
     ) -> None:
         """Configure (but do not start) a server storing its state in ``data_dir``.
 
@@ -211,6 +215,11 @@ class EmbeddedZooKeeper:
         ``jvm_options`` are appended to the default JVM options (small heap, serial GC).
         ``secure``: a secured cluster's server: only the ``ruok`` and ``srvr`` four-letter words, and
         ``data_dir`` owner-only (directories 0700, files 0600: the JVM runs with umask 077).
+        ``ensemble``: every server of a replicated ensemble by id (its host; quorum port 2888,
+        election port 3888 on each, as ZooKeeper's defaults), this one being ``server_id``; serving
+        then means having joined a quorum (leader or follower), so start the servers together.
+        ``namespace``: the network namespace the JVM runs in (``ip netns exec``; a host of
+        :mod:`sparklog.hosts.network`), where readiness is probed too.
         """
         self.data_dir = Path(data_dir).resolve()
         self._dir_lock: DirLock | None = None  # held from start until the server has exited
@@ -219,11 +228,17 @@ class EmbeddedZooKeeper:
         self.tick_time_ms = int(tick_time_ms)
         self.jvm_options = tuple(jvm_options)
         self.secure = secure
+        self.ensemble = dict(ensemble or {})
+        self.server_id = server_id
+        self.namespace = namespace
+        if self.ensemble and server_id not in self.ensemble:
+            raise InvalidConfig(f"server id {server_id} is not one of the ensemble's {sorted(self.ensemble)}")
         self.startup_seconds: float | None = None
         """Seconds from the last ``start()`` call until the server was ready."""
         self._proc: subprocess.Popen[bytes] | None = None
         self._finalizer: weakref.finalize | None = None
         self._log_offset = 0
+        self._started_at = 0.0
 
     # ----------------------------------------------------------------- properties
 
@@ -251,8 +266,10 @@ class EmbeddedZooKeeper:
 
     # ----------------------------------------------------------------- lifecycle
 
-    def start(self, timeout: float = 30.0) -> None:
-        """Start the server and return once it serves requests.
+    def start(self, timeout: float = 30.0, wait: bool = True) -> None:
+        """Start the server and return once it serves requests (``wait`` False: once its JVM is
+        started; :meth:`wait_until_serving` then waits, as the servers of an ensemble need, each
+        serving only once a quorum of them runs).
 
         Raises ZooKeeperNotAvailable if Java or ZooKeeper is not installed, and
         ZooKeeperStartError (with the tail of the server log) if the port is taken, the
@@ -271,24 +288,41 @@ class EmbeddedZooKeeper:
                 f"ZooKeeper is not installed (no {_DEBIAN_JAVA_DIR / 'zookeeper.jar'}, "
                 f"no {_DEPS_SUBDIR}/*.jar in the project root, ${CLASSPATH_ENV} unset): {INSTALL_HINT}"
             )
-        if port_is_open(self.host, self.port, timeout=0.5):
+        with self._on_host():
+            busy = port_is_open(self.host, self.port, timeout=0.5)
+        if busy:
             raise ZooKeeperStartError(
                 f"cannot start ZooKeeper on {self.connect_string}: something is already listening there"
             )
 
         lock = DirLock(self.data_dir, "ZooKeeper's data dir").acquire()  # one server per data dir
         try:
-            self._start_locked(java, classpath, lock, t0, timeout)
+            self._start_locked(java, classpath, lock)
         except BaseException:
             lock.release()
             raise
+        self._started_at = t0
+        if wait:
+            self.wait_until_serving(timeout)
 
-    def _start_locked(self, java: str, classpath: str, lock: DirLock, t0: float, timeout: float) -> None:
+    def wait_until_serving(self, timeout: float = 30.0) -> None:
+        """Return once the started server serves requests; ZooKeeperStartError (the server
+        killed) if it exits or is not ready within ``timeout`` seconds."""
+        try:
+            self._wait_until_serving(time.monotonic() + timeout, timeout)
+        except BaseException:
+            self.kill()
+            raise
+        self.startup_seconds = time.monotonic() - self._started_at
+
+    def _start_locked(self, java: str, classpath: str, lock: DirLock) -> None:
         self._dir_lock = lock
         if self.secure:
             os.chmod(self.data_dir, DIRECTORY_MODE)  # first: nobody else reaches what is below
         self._write_config()
         command = [java, *self._jvm_arguments(), "-cp", classpath, MAIN_CLASS, str(self.config_path)]
+        if self.namespace is not None:
+            command = ["ip", "netns", "exec", self.namespace, *command]  # execs the JVM: the same pid
         with open_for_append(self.log_path, owner_only=self.secure) as log:
             log.write(f"\n=== sparklog EmbeddedZooKeeper starting: {' '.join(command)}\n".encode())
             log.flush()
@@ -307,12 +341,6 @@ class EmbeddedZooKeeper:
                 pass_fds=(lock.fileno(),),  # the JVM holds the data dir's lock too, while it runs
             )
         self._finalizer = weakref.finalize(self, _kill_at_exit, self._proc)
-        try:
-            self._wait_until_serving(t0 + timeout, timeout)
-        except BaseException:
-            self.kill()
-            raise
-        self.startup_seconds = time.monotonic() - t0
 
     def stop(self, timeout: float = 10.0) -> None:
         """Stop the server: SIGTERM, then SIGKILL after ``timeout`` seconds; waits for exit."""
@@ -392,11 +420,13 @@ class EmbeddedZooKeeper:
             try:
                 # Short per-probe timeout: during startup ZooKeeper 3.8.4 may answer "not currently
                 # serving requests" and then fail to close the socket (NPE in removeCnxn).
-                last_reply = four_letter_word(self.host, self.port, "srvr", timeout=min(0.25, remaining))
+                with self._on_host():
+                    last_reply = four_letter_word(self.host, self.port, "srvr", timeout=min(0.25, remaining))
             except OSError:
                 pass
             else:
-                if "Mode: standalone" in last_reply:
+                modes = ("Mode: leader", "Mode: follower") if self.ensemble else ("Mode: standalone",)
+                if any(mode in last_reply for mode in modes):
                     return
             time.sleep(0.05)
 
@@ -419,11 +449,19 @@ class EmbeddedZooKeeper:
             "autopurge.snapRetainCount": "3",
             "autopurge.purgeInterval": "1",
         }
+        if self.ensemble:
+            config.update({"initLimit": "10", "syncLimit": "5"})
+            config.update({f"server.{i}": f"{host}:2888:3888" for i, host in sorted(self.ensemble.items())})
+            (self.data_dir / "myid").write_text(f"{self.server_id}\n")
         text = "# Written by sparklog EmbeddedZooKeeper; rewritten on every start.\n"
         text += "".join(f"{key}={value}\n" for key, value in config.items())
         self.config_path.write_text(text)
         (self.data_dir / "log4j.properties").write_text(_LOG4J_PROPERTIES)
         (self.data_dir / "logback.xml").write_text(_LOGBACK_XML)
+
+    def _on_host(self) -> contextlib.AbstractContextManager[None]:
+        """Where this server is reached from: its namespace, or where the caller is."""
+        return contextlib.nullcontext() if self.namespace is None else inside(self.namespace)
 
     def _jvm_arguments(self) -> list[str]:
         return [

@@ -18,6 +18,12 @@ Faults:
   kernel has no ``tc netem``).
 
 nftables faults need the ``nft`` command (Debian package ``nftables``, installed by ``make``).
+
+The harness's own process stays outside every host, and must not talk to a host from there: the
+machine's own namespace has a default route, which would carry the packets off the machine.
+:meth:`HostNetwork.inside` (:func:`sparklog.netns.inside`) moves the calling thread onto a host
+for a moment, so that sockets it opens there (a readiness probe, a client of a server on that
+host) belong to that host for their whole life, and threads it starts there live there too.
 """
 
 from __future__ import annotations
@@ -32,6 +38,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from sparklog.errors import InvalidRequest, NetworkUnavailable
+from sparklog.netns import inside
 
 SWITCH = "br0"
 HOST_INTERFACE = "eth0"
@@ -156,6 +163,10 @@ class HostNetwork:
         self.close()
 
     # ----------------------------------------------------------------- processes on a host
+    def inside(self, host: int) -> contextlib.AbstractContextManager[None]:
+        """The calling thread on ``host`` for a block (:func:`inside`)."""
+        return inside(self.namespace(host))
+
     def command(self, host: int, argv: Sequence[str]) -> list[str]:
         """``argv`` run on ``host`` (in its namespace)."""
         return ["ip", "netns", "exec", self.namespace(host), *argv]
