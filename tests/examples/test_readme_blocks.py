@@ -133,10 +133,17 @@ def test_every_block_names_its_language_and_every_block_not_run_says_why() -> No
     assert counts["run"] > 0
 
 
+JAAS_SCRAM = (  # the login module line of a Java client's SCRAM settings
+    r"org\.apache\.kafka\.common\.security\.scram\.ScramLoginModule\s+required\s+"
+    r'username="[^"]+"\s+password="[^"]*";'
+)
+
+
 def test_the_properties_blocks_are_files_sparklog_takes(tmp_path: Path) -> None:
     """Copied into a file, each ``properties`` block is read as the docs mean it: no value carries
     a comment (in a properties file ``#`` starts one only at the start of a line), and the broker's or
-    the client's settings parser takes it (neither reads the files the settings name)."""
+    the client's settings parser takes it (neither reads the files the settings name); a Java
+    client's (``sasl.jaas.config``) has SCRAM's login module line as Kafka's clients parse it."""
     from sparklog.security.broker_config import BrokerSecurity
     from sparklog.security.client_config import ClientSecurity, load_properties
 
@@ -152,6 +159,9 @@ def test_the_properties_blocks_are_files_sparklog_takes(tmp_path: Path) -> None:
             assert not commented, f"{block.name}: a comment after a value is part of the value: {commented}"
             if "listeners" in properties:
                 BrokerSecurity.from_properties(properties, "127.0.0.1", 9092)
+            elif "sasl.jaas.config" in properties:  # the Java client's form (Kafka's tools, Spark's connector)
+                assert re.fullmatch(JAAS_SCRAM, properties["sasl.jaas.config"]), f"{block.name}: {properties}"
+                assert properties["ssl.truststore.type"] == "PEM" and properties["security.protocol"] == "SASL_SSL"
             else:
                 ClientSecurity.from_config(properties)
             checked += 1
