@@ -185,7 +185,7 @@ def test_verifiable_consumer_reads_every_acknowledged_record_once_and_the_group_
 
 def test_client_compatibility_test(cluster: LocalCluster, admin: Admin) -> None:
     """Kafka's own ClientCompatibilityTest, with the flags that say what this listener supports
-    (ACLs are not served on it yet)."""
+    (DescribeAcls included: the test checks it answers)."""
     tool(
         "org.apache.kafka.tools.ClientCompatibilityTest",
         "--bootstrap-server",
@@ -203,7 +203,7 @@ def test_client_compatibility_test(cluster: LocalCluster, admin: Admin) -> None:
         "--create-topics-supported",
         "true",
         "--describe-acls-supported",
-        "false",
+        "true",
         "--describe-configs-supported",
         "true",
         "--idempotent-producer-supported",

@@ -105,12 +105,17 @@ def produce_all(config: dict[str, object], topic: str, values: list[bytes]) -> l
     return outcomes
 
 
-def first_error(config: dict[str, object], topic: str, partitions: int, group: str) -> KafkaError | None:
-    """The error a consumer (assigned; librdkafka still finds ``group``'s coordinator) gets reading
-    ``topic``, if any, within a few seconds."""
+def first_error(
+    config: dict[str, object], topic: str, partitions: int, group: str, subscribe: bool = False
+) -> KafkaError | None:
+    """The error a consumer gets reading ``topic``, if any, within a few seconds: assigned its
+    partitions (it fetches at once), or subscribed (it must join ``group`` before any fetch)."""
     consumer = KafkaConsumer({**config, "group.id": group, "enable.auto.commit": False})
     try:
-        consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+        if subscribe:
+            consumer.subscribe([topic])
+        else:
+            consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
         deadline = time.monotonic() + 20
         while time.monotonic() < deadline:
             message = consumer.poll(0.5)
@@ -133,7 +138,7 @@ def test_a_user_the_admin_adds_writes_what_its_acls_allow_and_nothing_more(
     values = [f"event-{i}".encode() for i in range(200)]
     assert produce_all(alice, "sec-events", values) == [None] * len(values)
 
-    no_group = first_error(alice, "sec-events", 2, "alices-group")
+    no_group = first_error(alice, "sec-events", 2, "alices-group", subscribe=True)
     assert no_group is not None and no_group.code() == KafkaError.GROUP_AUTHORIZATION_FAILED, no_group
     allow(kafka_admin, "alice", AclOperation.READ, ResourceType.GROUP, "alices-group")
     refused = first_error(alice, "sec-events", 2, "alices-group")
