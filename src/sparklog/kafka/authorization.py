@@ -135,9 +135,11 @@ class ApiPermissions:
 
     def refusal(self, resource_type: ResourceType, name: str = CLUSTER_NAME, operation: Operation | None = None) -> int:
         """Kafka's error code for a refusal (``TOPIC_AUTHORIZATION_FAILED``...); 0 when allowed."""
-        if self.allowed(resource_type, name, operation):
-            return 0
-        return _REFUSAL_CODES[resource_type]
+        try:
+            self.check(resource_type, name, operation)
+        except AuthorizationFailed as refused:
+            return error_codes.error_code(refused)
+        return error_codes.NONE
 
     def check(self, resource_type: ResourceType, name: str = CLUSTER_NAME, operation: Operation | None = None) -> None:
         """:meth:`allowed`, raising Kafka's refusal for the resource type when not
@@ -148,12 +150,6 @@ class ApiPermissions:
             raise _REFUSALS.get(resource_type, AuthorizationFailed)(f"{self.principal} may not {chosen} {shown}")
 
 
-_REFUSAL_CODES = {
-    TOPIC: error_codes.TOPIC_AUTHORIZATION_FAILED,
-    GROUP: error_codes.GROUP_AUTHORIZATION_FAILED,
-    CLUSTER: error_codes.CLUSTER_AUTHORIZATION_FAILED,
-    ResourceType.TRANSACTIONAL_ID: error_codes.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
-}
 _REFUSALS: dict[ResourceType, type[AuthorizationFailed]] = {
     TOPIC: TopicAuthorizationFailed,
     GROUP: GroupAuthorizationFailed,
