@@ -15,7 +15,7 @@ import pytest
 
 from sparklog.client.producer.broker_stream import Outcome, ProduceRequest
 from sparklog.client.producer.produce_batch import BatchPart, PartitionRows, ProduceBatch, wire_batches
-from sparklog.client.producer.sender import Sender
+from sparklog.client.producer.sender import LEADER_CHECK_S, Sender
 from sparklog.coordination.cluster import BrokerInfo
 from sparklog.errors import InvalidRecord, NotEnoughReplicas, NotLeader, RequestTimedOut
 from waiting import wait_for
@@ -28,6 +28,7 @@ class FakeLeaders:
         self.leaders = leaders
         self.refreshed: list[tuple[str, int]] = []
         self.forgotten: list[int] = []
+        self.suspected: list[int] = []
 
     def leader(self, topic: str, partition: int, refresh: bool = False) -> BrokerInfo:
         if refresh:
@@ -36,6 +37,9 @@ class FakeLeaders:
 
     def forget(self, broker: BrokerInfo) -> None:
         self.forgotten.append(broker.broker_id)
+
+    def suspect(self, broker: BrokerInfo) -> None:
+        self.suspected.append(broker.broker_id)
 
 
 class FakeStream:
@@ -279,6 +283,25 @@ def test_an_unanswered_request_is_abandoned_and_sent_again_on_a_new_stream(setup
     stream2.answer(again, ok(again, 3))
     outcomes.wait("b")
     assert outcomes.done["b"] == [3, 4]
+
+
+def test_an_overdue_request_whose_leader_moved_goes_to_the_new_leader_before_its_timeout(setup: Any) -> None:
+    leaders, brokers, outcomes, make = setup
+    sender = make(request_timeout_s=30.0)
+    sender.enqueue("t", 0, [outcomes.batch("t", 0, "a")])
+    ((stream, request),) = brokers.wait_requests(1)
+    assert stream.broker.broker_id == 1
+    time.sleep(LEADER_CHECK_S + 0.5)  # unanswered past the check, the leader unchanged: nothing moves
+    assert len(brokers.requests) == 1 and not stream.closed
+    assert 1 in leaders.suspected  # metadata is asked of the other brokers first meanwhile
+    leaders.leaders[("t", 0)] = 2  # broker 1 lost the partition (its host fell off the network)
+    (_, _), (stream2, again) = brokers.wait_requests(2, timeout=LEADER_CHECK_S * 3)
+    assert stream2.broker.broker_id == 2 and stream.closed
+    assert again.batches[0].sequence == request.batches[0].sequence == 0  # the new leader appends it once
+    stream.answer(request, ok(request))  # the old leader's late answer is ignored
+    stream2.answer(again, ok(again, 7))
+    outcomes.wait("a")
+    assert outcomes.done["a"] == [7, 8]
 
 
 def test_past_the_delivery_timeout_the_batches_sent_together_fail_together(setup: Any) -> None:

@@ -81,6 +81,7 @@ class BrokerView:
         self._owns_clients = clients is None
         self._clients = clients if clients is not None else FlightClients(security)
         self._last_good: str | None = None
+        self._suspects: set[str] = set()  # asked last until they answer again
         self._brokers: dict[int, BrokerInfo] = {}
         self._topics: dict[str, _TopicEntry] = {}
         self._parsed: dict[tuple[str, int], ValueSchema] = {}
@@ -101,7 +102,14 @@ class BrokerView:
                 if b.listens(self.security.protocol)
             ]
             first = [self._last_good] if self._last_good else []
-        return list(dict.fromkeys(first + self._bootstrap + known))
+            ordered = list(dict.fromkeys(first + self._bootstrap + known))
+            return [c for c in ordered if c not in self._suspects] + [c for c in ordered if c in self._suspects]
+
+    def suspect(self, location: str) -> None:
+        with self._lock:
+            self._suspects.add(location)
+            if self._last_good == location:
+                self._last_good = None
 
     def _ask(self, location: str, action: str, body: dict[str, Any], timeout_s: float) -> dict[str, Any]:
         options = flight.FlightCallOptions(timeout=timeout_s)
@@ -143,7 +151,9 @@ class BrokerView:
                     if isinstance(exc, BrokerNotAvailable):
                         self._drop(location)
                     continue
-                self._last_good = location
+                with self._lock:
+                    self._last_good = location
+                    self._suspects.discard(location)
                 return answer, location
             if time.monotonic() + backoff > deadline:
                 assert error is not None

@@ -129,6 +129,10 @@ class ClusterClient:
         connection 0 carries requests, fetches spread over ``FETCH_CONNECTIONS``."""
         return self._clients.get(broker.location_for(self.security.protocol), connection)
 
+    def suspect(self, broker: BrokerInfo) -> None:
+        """A request to ``broker`` is overdue: metadata is asked of the other brokers first."""
+        self.view.suspect(broker.location_for(self.security.protocol))
+
     def forget(self, broker: BrokerInfo) -> None:
         """Drop the Flight clients of an unreachable broker (the next call connects anew)."""
         self._clients.forget(broker.location_for(self.security.protocol))

@@ -42,6 +42,12 @@ class ClusterView(Protocol):
         """Every partition's state (fresh): leader, epoch, in-sync replicas."""
         ...
 
+    def suspect(self, location: str) -> None:
+        """The broker at ``location`` stopped answering a request: ask the others for metadata
+        first until it answers again (a host cut off from the network holds a call for its whole
+        timeout)."""
+        ...
+
     def value_schema(self, topic: str) -> ValueSchema | None:
         """The latest value schema of a typed topic (None for a plain one)."""
         ...

@@ -260,5 +260,8 @@ class ZooKeeperView:
     def delete_sink_state(self, sink_id: str, version: int | None) -> None:
         self.sinks.delete(sink_id, version)
 
+    def suspect(self, location: str) -> None:
+        """Nothing to do: ZooKeeper's watches, not brokers, keep this view current."""
+
     def close(self) -> None:
         self.cluster.close()

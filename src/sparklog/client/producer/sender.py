@@ -12,7 +12,11 @@ failed with a retriable error gets its batches back at the front of its queue, t
 producer id and sequences) after a backoff, until their delivery timeout; any other error fails
 that batch alone. A request unanswered within ``request_timeout_s`` (or its batches' delivery
 timeout) is given up on with its stream, and its batches, and those of every other request on that
-stream, go again on a new one.
+stream, go again on a new one. A request unanswered for ``LEADER_CHECK_S`` has its partitions'
+leaders looked up again (on a thread of its own, other brokers asked first): if one moved, the
+request is given up on as by ``NotLeader``, so a leader whose host fell off the network costs the
+election, not the request timeout (the batches keep their producer id and sequences: the new
+leader appends them once, whether or not the old one had).
 
 Threads: this one, plus two per open broker stream (:mod:`broker_stream`), whatever the number of
 partitions.
@@ -44,6 +48,7 @@ from sparklog.errors import (
 
 MAX_REQUEST_BYTES = 8 << 20
 MAX_IN_FLIGHT = 4  # requests on one broker's stream at once (Kafka: max.in.flight.requests.per.connection)
+LEADER_CHECK_S = 1.0  # a request unanswered this long has its partitions' leaders looked up again
 TopicPartition = tuple[str, int]
 StreamKey = tuple[int, pa.DataType]  # broker id, value type
 
@@ -54,6 +59,8 @@ class Leaders(Protocol):
     def leader(self, topic: str, partition: int, refresh: bool = False) -> BrokerInfo: ...
 
     def forget(self, broker: BrokerInfo) -> None: ...
+
+    def suspect(self, broker: BrokerInfo) -> None: ...
 
 
 class ProduceStream(Protocol):
@@ -111,6 +118,8 @@ class Sender:
         # send again, which takes the lock)
         self._settled: list[tuple[ProduceBatch, BaseException | int]] = []
         self._closing = False
+        self._checked_at: dict[ProduceRequest, float] = {}  # overdue requests: when their leaders were looked up
+        self._checking = threading.Lock()  # held while a leader check runs (released by its thread)
         self._thread = threading.Thread(target=self._run, name="sparklog-sender", daemon=True)
         self._thread.start()
 
@@ -156,7 +165,7 @@ class Sender:
                 self._answered(request, outcome, now)
                 self._settle()
             self._time_out_requests(now)
-            next_at = self._send_ready(now)
+            next_at = min(self._send_ready(now), self._check_leaders(now))
             self._settle()
             if self._in_flight:
                 next_at = min(next_at, min(r.deadline for r in self._in_flight))
@@ -279,9 +288,46 @@ class Sender:
             )
             self._answered(request, error, now)
 
+    def _check_leaders(self, now: float) -> float:
+        """Start a leader check of the requests unanswered for ``LEADER_CHECK_S`` (one check at a
+        time, each request at most once a ``LEADER_CHECK_S``); when the next one is due."""
+        for gone in [r for r in self._checked_at if r not in self._in_flight]:
+            del self._checked_at[gone]
+        due = [r for r in self._in_flight if max(r.sent_at, self._checked_at.get(r, 0.0)) + LEADER_CHECK_S <= now]
+        if due and self._checking.acquire(blocking=False):
+            for r in due:
+                self._checked_at[r] = now
+            looked_up = [(r, r.stream.broker, sorted({(b.topic, b.partition) for b in r.batches})) for r in due]
+            threading.Thread(target=self._look_up_leaders, args=(looked_up,), name="sparklog-leader-check").start()
+        waiting = [max(r.sent_at, self._checked_at.get(r, 0.0)) + LEADER_CHECK_S for r in self._in_flight]
+        return min(waiting, default=math.inf)
+
+    def _look_up_leaders(self, requests: list[tuple[ProduceRequest, BrokerInfo, list[TopicPartition]]]) -> None:
+        """(On its own thread.) For each overdue request, whether its broker still leads its
+        partitions; a request whose partition moved is answered ``NotLeader``."""
+        try:
+            for _request, broker, _partitions in requests:
+                self.leaders.suspect(broker)
+            for request, broker, partitions in requests:
+                for topic, partition in partitions:
+                    try:
+                        leader = self.leaders.leader(topic, partition, refresh=True)
+                    except Exception:  # no leader yet, brokers out of reach: looked at again later
+                        continue
+                    if leader.broker_id != broker.broker_id:
+                        moved = NotLeader(
+                            f"broker {broker.broker_id} no longer leads {topic}-{partition} (broker "
+                            f"{leader.broker_id} does) and has not answered for {LEADER_CHECK_S:.0f} s or more"
+                        )
+                        self._answer_from_stream(request, moved)
+                        break
+        finally:
+            self._checking.release()
+            self._wake.set()
+
     def _answered(self, request: ProduceRequest, outcome: Outcome, now: float) -> None:
         if request not in self._in_flight:
-            return  # given up on already (timed out): its batches went again
+            return  # given up on already (timed out, or its leader moved): its batches went again
         del self._in_flight[request]
         stream = request.stream
         stream.in_flight -= 1
