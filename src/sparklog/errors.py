@@ -286,6 +286,13 @@ class NetworkUnavailable(SparklogError):
     code = "NETWORK_UNAVAILABLE"
 
 
+class WorkloadFailed(SparklogError):
+    """A fault run's workload (:mod:`sparklog.hosts.workload`) ended without its report: its own
+    error output says why."""
+
+    code = "WORKLOAD_FAILED"
+
+
 class UnknownServerError(SparklogError):
     """The broker failed in a way it did not expect; the details are in the broker's log (never sent
     to clients)."""

@@ -38,11 +38,18 @@ def broker_command(
     zookeeper: str,
     lake_dir: str | os.PathLike[str] | None = None,
     kafka_port: int | None = None,
+    host: str = "127.0.0.1",
+    namespace: str | None = None,
 ) -> list[str]:
-    """The command line of a broker process (this interpreter, ``python -m sparklog.broker``)."""
+    """The command line of a broker process (this interpreter, ``python -m sparklog.broker``),
+    listening on ``host``; in network namespace ``namespace`` if given (``ip netns exec``, which
+    execs the broker: the same pid)."""
     lake = [] if lake_dir is None else ["--lake-dir", str(lake_dir)]
     lake += [] if kafka_port is None else ["--kafka-port", str(kafka_port)]
+    lake += [] if host == "127.0.0.1" else ["--host", host]
+    on_host = [] if namespace is None else ["ip", "netns", "exec", namespace]
     return [
+        *on_host,
         sys.executable,
         "-m",
         "sparklog.broker",
@@ -61,7 +68,9 @@ def broker_command(
 class BrokerProcess:
     """One ``python -m sparklog.broker`` subprocess, restartable on the same port and data dir.
     Its output goes to ``log_path`` (default: ``broker.log`` in its data dir); with ``owner_only``
-    (a secured cluster's broker) its data dir is created 0700 and its log 0600."""
+    (a secured cluster's broker) its data dir is created 0700 and its log 0600. ``host``: the
+    address it listens on and announces; ``namespace``: the network namespace it runs in (a host
+    of :mod:`sparklog.hosts.network`)."""
 
     def __init__(
         self,
@@ -72,8 +81,12 @@ class BrokerProcess:
         log_path: Path | None = None,
         lake_dir: str | os.PathLike[str] | None = None,
         kafka_port: int | None = None,
+        host: str = "127.0.0.1",
+        namespace: str | None = None,
     ) -> None:
         self.broker_id = broker_id
+        self.host = host
+        self.namespace = namespace
         self.lake_dir = lake_dir
         self.port = port
         self.kafka_port = kafka_port  # its Kafka listener's (None: none)
@@ -90,7 +103,14 @@ class BrokerProcess:
         if self.owner_only:
             os.chmod(self.data_dir, DIRECTORY_MODE)  # the broker makes what is inside owner-only
         command = broker_command(
-            self.broker_id, self.port, self.data_dir, self.zookeeper, self.lake_dir, self.kafka_port
+            self.broker_id,
+            self.port,
+            self.data_dir,
+            self.zookeeper,
+            self.lake_dir,
+            self.kafka_port,
+            self.host,
+            self.namespace,
         )
         command += self.extra_args
         self._log = open_for_append(self.log_path, self.owner_only)  # kept open while the broker runs

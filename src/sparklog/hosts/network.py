@@ -193,11 +193,16 @@ class HostNetwork:
                 for source in far:
                     self._nft_rule(host, f"ip saddr {self.address(source)} drop")
 
-    def lose_packets(self, host: int, percent: int) -> None:
-        """The host drops ``percent`` % of the packets it receives, at random."""
+    def lose_packets(self, host: int, percent: int, sources: Iterable[int] | None = None) -> None:
+        """The host drops ``percent`` % of the packets it receives, at random (only of those from
+        the hosts ``sources``, if given)."""
         if not 0 < percent < 100:
             raise InvalidRequest(f"percent must be between 0 and 100, got {percent}")
-        self._nft_rule(host, f"numgen random mod 100 < {percent} drop")
+        if sources is None:
+            self._nft_rule(host, f"numgen random mod 100 < {percent} drop")
+            return
+        for source in sources:
+            self._nft_rule(host, f"ip saddr {self.address(source)} numgen random mod 100 < {percent} drop")
 
     def heal(self) -> None:
         """Every nftables fault removed, every host reconnected."""
