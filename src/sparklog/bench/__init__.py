@@ -18,6 +18,7 @@ SCENARIOS: dict[str, tuple[str, str]] = {
     "consume": ("broker_scenarios", "consume"),
     "latency": ("broker_scenarios", "latency"),
     "failover": ("broker_scenarios", "failover"),
+    "faults": ("hosts_scenarios", "faults"),
     "idle": ("idle", "run"),
     "startup": ("startup", "run"),
     "consume-fields": ("broker_scenarios", "consume_fields"),
@@ -29,8 +30,21 @@ SCENARIOS: dict[str, tuple[str, str]] = {
 }
 
 
-def scenario(name: str, lake: bool = False) -> Callable[..., dict[str, Any]]:
+# scenarios run on several hosts (network namespaces) with --hosts; "faults" runs there always
+ON_HOSTS: dict[str, tuple[str, str]] = {
+    "failover": ("hosts_scenarios", "failover"),
+    "faults": ("hosts_scenarios", "faults"),
+}
+
+
+def scenario(name: str, lake: bool = False, hosts: bool = False) -> Callable[..., dict[str, Any]]:
     """The function of scenario ``name``; ``spark-read`` with ``lake``: ``read_topic`` of a tiered
-    topic against the plain source (:func:`sparklog.bench.spark_lake_scenarios.spark_read_lake`)."""
-    module, function = ("spark_lake_scenarios", "spark_read_lake") if lake and name == "spark-read" else SCENARIOS[name]
+    topic against the plain source (:func:`sparklog.bench.spark_lake_scenarios.spark_read_lake`);
+    with ``hosts``: its run on several hosts (:data:`ON_HOSTS`)."""
+    if hosts:
+        module, function = ON_HOSTS[name]
+    elif lake and name == "spark-read":
+        module, function = "spark_lake_scenarios", "spark_read_lake"
+    else:
+        module, function = SCENARIOS[name]
     return getattr(importlib.import_module(f"{__name__}.{module}"), function)  # type: ignore[no-any-return]

@@ -14,7 +14,7 @@ OPTIONS: dict[str, tuple[type, str]] = {
     "records": (int, "records to write (default 10M; consume-fields 2M)"),
     "value-bytes": (int, "bytes per value (default 100)"),
     "batch-records": (int, "records per batch (default 10k)"),
-    "repeat": (int, "measured runs, medians reported (default 3; spark-write 1)"),
+    "repeat": (int, "measured runs, medians reported (default 3; spark-write 1; failover --hosts: host cut-offs)"),
     "partitions": (int, "partitions of the benchmark topic (default 6; failover 3, idle 1000, startup 3000)"),
     "replication-factor": (int, "replicas per partition, brokers started to match (default 1; idle 3)"),
     "brokers": (int, "brokers to start (default 1; idle 3)"),
@@ -85,6 +85,12 @@ def add_bench(sub: argparse._SubParsersAction) -> None:
         help="startup: also time a restart after kill -9 of the brokers (recovery instead of a clean open); "
         "default: clean restarts only",
     )
+    p.add_argument(
+        "--hosts",
+        action="store_true",
+        help="failover, faults: a ZooKeeper ensemble and brokers on hosts of their own (network namespaces, "
+        "root only), with network faults (faults always runs so); default: processes on loopback",
+    )
     p.add_argument("--json", action="store_true", help="print one JSON object (default: one 'name  value' a line)")
     p.set_defaults(handler=run_bench)
 
@@ -110,6 +116,18 @@ def run_bench(args: argparse.Namespace) -> int:
         if args.scenario != "startup":
             raise CliError("--unclean is for the startup scenario")
         options["unclean"] = True
+    hosts = args.hosts or args.scenario == "faults"
+    if hosts:
+        from sparklog.bench import ON_HOSTS
+        from sparklog.hosts.network import namespaces_available
+
+        if args.scenario not in ON_HOSTS:
+            raise CliError(f"--hosts is for the {' and '.join(ON_HOSTS)} scenarios")
+        if args.against:
+            raise CliError(f"--against kafka: no Kafka comparison for {args.scenario} on hosts")
+        reason = namespaces_available()
+        if reason is not None:
+            raise CliError(f"{args.scenario} on hosts needs network namespaces: {reason}")
     if args.lake:
         if args.scenario != "spark-read":
             raise CliError("--lake is for the spark-read scenario")
@@ -142,7 +160,7 @@ def run_bench(args: argparse.Namespace) -> int:
             args.scenario, repeat=repeat, log=lambda m: print(m, file=sys.stderr, flush=True), **options
         )
     else:
-        result = scenario(args.scenario, lake=args.lake)(**options)
+        result = scenario(args.scenario, lake=args.lake, hosts=hosts)(**options)
     if args.json:
         print(json.dumps(result))
     else:
