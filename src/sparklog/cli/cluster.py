@@ -13,7 +13,10 @@ from typing import TYPE_CHECKING
 from sparklog.cli.common import CliError, add_zookeeper_option, check_zookeeper
 
 if TYPE_CHECKING:
-    from sparklog.local_cluster import LocalCluster
+    from collections.abc import Iterable
+
+    from sparklog.coordination.zookeeper_server import EmbeddedZooKeeper
+    from sparklog.local_cluster import BrokerProcess, LocalCluster
 
 DEFAULT_DATA_DIR = "data"
 DEFAULT_BROKER_PORT = 9092
@@ -71,6 +74,13 @@ def add_up(sub: argparse._SubParsersAction) -> None:
         action="store_true",
         help="TLS, SCRAM and ACLs: a CA and broker certificate, an 'admin' super user and a locked ZooKeeper under "
         "DIR/security; writes DIR/client.properties (use it with --command-config)",
+    )
+    p.add_argument(
+        "--hosts",
+        action="store_true",
+        help="spread the cluster over hosts of its own on this machine (root only): a 3-server ZooKeeper ensemble "
+        "and each broker in a network namespace on a private switch, and a host for clients; prints the "
+        "namespaces and addresses; Ctrl-C removes them",
     )
     add_zookeeper_option(p)
     p.set_defaults(handler=run_up)
@@ -231,6 +241,8 @@ def run_up(args: argparse.Namespace) -> int:
 
     if args.brokers < 1:
         raise CliError(f"--brokers must be at least 1, got {args.brokers}")
+    if args.hosts:
+        return run_up_on_hosts(args)
     if args.broker_port < 0 or args.zookeeper_port < 0 or args.kafka_port < 0:
         raise CliError("ports must be >= 0")
     data_dir = Path(args.data_dir)
@@ -312,14 +324,89 @@ def run_up(args: argparse.Namespace) -> int:
     return 0
 
 
+def run_up_on_hosts(args: argparse.Namespace) -> int:
+    """``sparklog up --hosts``: :class:`~sparklog.hosts.cluster.HostCluster` in the foreground."""
+    from sparklog.errors import SparklogError
+    from sparklog.hosts.cluster import HostCluster
+    from sparklog.hosts.network import namespaces_available
+
+    refused = [
+        option
+        for option, given in (
+            ("--secure", args.secure),
+            ("--zookeeper", args.zookeeper_given),
+            ("--lake-dir", args.lake_dir is not None),
+            ("--broker-port", args.broker_port != DEFAULT_BROKER_PORT),
+            ("--kafka-port", args.kafka_port != 0),
+            ("--zookeeper-port", args.zookeeper_port != 2181),
+        )
+        if given
+    ]
+    if refused:
+        raise CliError(
+            f"--hosts runs a plaintext cluster with its own ensemble and each server on its host's standard ports "
+            f"(ZooKeeper 2181, brokers 9092, Kafka 9093): drop {', '.join(refused)}"
+        )
+    reason = namespaces_available()
+    if reason is not None:
+        raise CliError(f"--hosts makes network namespaces, and cannot here: {reason}")
+    stop = _StopSignal()
+    cluster = HostCluster(Path(args.data_dir), brokers=args.brokers)
+    problems: list[str] = []
+    try:
+        try:
+            cluster.start()
+        except SparklogError as exc:
+            raise CliError(str(exc).splitlines()[0]) from None
+        net = cluster.net
+        for host, server in cluster.zookeepers.items():
+            print(f"zookeeper on host {net.namespace(host)} at {server.connect_string} (data in {server.data_dir})")
+        for b in cluster.brokers.values():
+            print(
+                f"broker {b.broker_id} on host {b.namespace} at {b.host}:{b.port}, Kafka clients {b.host}:"
+                f"{b.kafka_port} (data in {b.data_dir}, log {b.log_path})"
+            )
+        client = net.namespace(cluster.client_host)
+        print(
+            f"clients run on host {client} ({net.address(cluster.client_host)}): e.g. `ip netns exec {client} "
+            f"sparklog topics list --bootstrap-server {cluster.bootstrap_servers}`; Kafka clients there use "
+            f"bootstrap.servers={cluster.kafka_bootstrap_servers}"
+        )
+        print(
+            f"sparklog is up on {net.hosts} hosts (network namespaces {net.tag}-*, switch {net.switch}): cut host "
+            f"{net.namespace(cluster.host_of_broker(1))} off with `ip -n {net.switch} link set p"
+            f"{cluster.host_of_broker(1)} down` (`up` again to reconnect); Ctrl-C stops it and removes the namespaces",
+            flush=True,
+        )
+        died = _watch_processes(cluster.zookeepers.values(), cluster.brokers.values(), stop)
+        if died is not None:
+            print(f"sparklog: {died}: stopping the cluster", file=sys.stderr, flush=True)
+            problems.append(died)
+    finally:
+        problems += cluster.stop()
+        stop.restore()
+    if problems:
+        raise CliError("; ".join(problems))
+    return 0
+
+
 def _watch(cluster: LocalCluster, stop: _StopSignal) -> str | None:
     """Until a stop signal (None) or a process of the cluster exits on its own: then what exited
     (the cluster is stopped: half a cluster would only look alive)."""
+    zookeepers = [] if cluster.embedded is None else [cluster.embedded]
+    return _watch_processes(zookeepers, cluster.brokers.values(), stop)
+
+
+def _watch_processes(
+    zookeepers: Iterable[EmbeddedZooKeeper], brokers: Iterable[BrokerProcess], stop: _StopSignal
+) -> str | None:
+    """Until a stop signal (None), or one of these processes exits on its own: what exited."""
+    zookeepers, brokers = list(zookeepers), list(brokers)
     while not stop.wait(0.5):
-        zookeeper = cluster.embedded
-        if zookeeper is not None and not zookeeper.is_running():
-            return f"its ZooKeeper exited (log {zookeeper.log_path})"
-        for b in cluster.brokers.values():
+        for zookeeper in zookeepers:
+            if not zookeeper.is_running():
+                return f"its ZooKeeper exited (log {zookeeper.log_path})"
+        for b in brokers:
             code = b.exited()
             if code is not None:
                 return f"broker {b.broker_id} exited with code {code} (log {b.log_path})"
