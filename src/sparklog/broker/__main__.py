@@ -73,7 +73,8 @@ def main(
     return 0
 
 
-def run(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
+    """The command line of ``python -m sparklog.broker``."""
     parser = argparse.ArgumentParser(prog="python -m sparklog.broker")
     parser.add_argument("--id", type=int, required=True)
     parser.add_argument("--port", type=int, default=0)
@@ -91,7 +92,11 @@ def run(argv: list[str] | None = None) -> int:
         help="a plaintext Kafka-protocol listener on --host at this port (0: any free port); default: "
         "only what the --config file's kafka.listeners says",
     )
-    args = parser.parse_args(argv)
+    return parser
+
+
+def run(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     return main(
         args.id,
         args.port,

@@ -27,12 +27,18 @@ properties file (``sparklog broker --config server.properties``):
 - ``auto.create.topics.enable``: Kafka clients' Metadata requests create unknown topics (default true).
 - ``security.inter.broker.protocol``: the listener brokers use among themselves (default
   PLAINTEXT); with SASL, ``inter.broker.sasl.username`` / ``inter.broker.sasl.password`` are the
-  credentials this broker authenticates with (its principal, registered in ZooKeeper).
+  credentials this broker authenticates with (its principal, registered in ZooKeeper), and
+  ``sasl.mechanism.inter.broker.protocol`` the mechanism (default SCRAM-SHA-256).
+
+:data:`BROKER_PROPERTIES` names every one of them; a file's other keys are ignored with a warning
+in the broker's log, as Kafka warns about settings it does not know (docs/operations.md lists
+them all, and a test keeps the two in step).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import logging
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -44,6 +50,32 @@ from sparklog.security.principal import parse_principal, user_principal
 
 TLS_PROTOCOLS = ("SSL", "SASL_SSL")
 SASL_PROTOCOLS = ("SASL_PLAINTEXT", "SASL_SSL")
+
+BROKER_PROPERTIES = (
+    "listeners",
+    "advertised.listeners",
+    "ssl.certificate.location",
+    "ssl.key.location",
+    "ssl.ca.location",
+    "ssl.client.auth",
+    "sasl.enabled.mechanisms",
+    "super.users",
+    "authorizer.enabled",
+    "zookeeper.digest",
+    "log.dirs.owner.only",
+    "security.inter.broker.protocol",
+    "sasl.mechanism.inter.broker.protocol",
+    "inter.broker.sasl.username",
+    "inter.broker.sasl.password",
+    "kafka.listeners",
+    "kafka.advertised.listeners",
+    "listener.security.protocol.map",
+    "connections.max.reauth.ms",
+    "auto.create.topics.enable",
+)
+"""Every key of a broker's properties file that :meth:`BrokerSecurity.from_properties` reads."""
+
+log = logging.getLogger(__name__)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -128,7 +160,14 @@ class BrokerSecurity:
     @classmethod
     def from_properties(cls, properties: Mapping[str, str], host: str, port: int) -> BrokerSecurity:
         """The settings among ``properties`` (see the module's docstring); ``host``/``port``: the
-        default plaintext listener."""
+        default plaintext listener. Keys not in :data:`BROKER_PROPERTIES` are ignored, with a warning."""
+        unknown = sorted(key for key in properties if key not in BROKER_PROPERTIES)
+        if unknown:
+            log.warning(
+                "broker properties: ignoring %s, which sparklog does not know (it reads: %s)",
+                ", ".join(repr(key[:80]) for key in unknown),
+                ", ".join(BROKER_PROPERTIES),
+            )
         listeners = parse_listeners(properties.get("listeners") or f"PLAINTEXT://{host}:{port}")
         advertised = listeners
         if properties.get("advertised.listeners"):
