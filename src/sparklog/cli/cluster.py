@@ -140,6 +140,14 @@ def add_broker(sub: argparse._SubParsersAction) -> None:
         metavar="DIR_OR_URI",
         help="where lake-enabled topics' Delta tables are (<lake dir>/<topic>); without it this broker tiers nothing",
     )
+    p.add_argument(
+        "--kafka-port",
+        type=int,
+        default=None,
+        metavar="P",
+        help="a plaintext Kafka-protocol listener on --host at this port (0: any free port); default: only what "
+        "the --config file's kafka.listeners says",
+    )
     add_zookeeper_option(p)
     p.set_defaults(handler=run_broker, logs=True)
 
@@ -184,6 +192,8 @@ def run_broker(args: argparse.Namespace) -> int:
         raise CliError(f"--max-connections-per-ip must be >= 1, got {args.max_connections_per_ip}")
     if args.producer_id_expiration_ms < 1:
         raise CliError(f"--producer-id-expiration-ms must be >= 1, got {args.producer_id_expiration_ms}")
+    if args.kafka_port is not None and not 0 <= args.kafka_port < 65536:
+        raise CliError(f"--kafka-port must be a port from 0 to 65535, got {args.kafka_port}")
     return broker_main(
         args.id,
         args.port,
@@ -194,6 +204,7 @@ def run_broker(args: argparse.Namespace) -> int:
         args.producer_id_expiration_ms,
         args.config,
         args.lake_dir,
+        args.kafka_port,
     )
 
 
