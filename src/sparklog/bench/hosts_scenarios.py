@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import statistics
 import tempfile
+from collections.abc import Sequence
 from typing import Any
 
 from sparklog.hosts import faults as host_faults
@@ -55,9 +56,10 @@ def failover(repeat: int = 3, partitions: int = 3, **_: Any) -> dict[str, Any]:
     }
 
 
-def faults(partitions: int = 3, **_: Any) -> dict[str, Any]:
-    """Every fault of :data:`sparklog.hosts.faults.FAULTS` in turn under one workload (``acks=all``
-    writers and a consumer group on an RF=3, min ISR 2 topic), then the checker's figures."""
+def faults(partitions: int = 3, faults: Sequence[str] = tuple(host_faults.FAULTS), **_: Any) -> dict[str, Any]:
+    """The ``faults`` (default: every fault of :data:`sparklog.hosts.faults.FAULTS`) in turn under
+    one workload (``acks=all`` writers and a consumer group on an RF=3, min ISR 2 topic), then the
+    checker's figures."""
     with (
         tempfile.TemporaryDirectory(prefix="sparklog-bench-") as tmp,
         HostCluster(tmp, brokers=3) as cluster,
@@ -66,7 +68,7 @@ def faults(partitions: int = 3, **_: Any) -> dict[str, Any]:
         cluster.wait_settled(TOPIC)
         work.wait_acked(300)
         happened = []
-        for name in host_faults.FAULTS:
+        for name in faults:
             happened.append(host_faults.inject(cluster, TOPIC, name))
             work.wait_acked(100)
         report = work.stop()

@@ -91,6 +91,14 @@ def add_bench(sub: argparse._SubParsersAction) -> None:
         help="failover, faults: a ZooKeeper ensemble and brokers on hosts of their own (network namespaces, "
         "root only), with network faults (faults always runs so); default: processes on loopback",
     )
+    p.add_argument(
+        "--faults",
+        default=None,
+        metavar="F1,F2",
+        help="faults: which faults to inject, in this order (default every one: leader-host-cut-off, "
+        "leader-partitioned, zookeeper-node-lost, zookeeper-leader-cut-off, packet-loss-between-brokers, "
+        "rolling-restart)",
+    )
     p.add_argument("--json", action="store_true", help="print one JSON object (default: one 'name  value' a line)")
     p.set_defaults(handler=run_bench)
 
@@ -125,9 +133,23 @@ def run_bench(args: argparse.Namespace) -> int:
             raise CliError(f"--hosts is for the {' and '.join(ON_HOSTS)} scenarios")
         if args.against:
             raise CliError(f"--against kafka: no Kafka comparison for {args.scenario} on hosts")
+        if args.faults is not None:
+            from sparklog.hosts.faults import FAULTS
+
+            if args.scenario != "faults":
+                raise CliError("--faults is for the faults scenario")
+            chosen = [name.strip() for name in args.faults.split(",") if name.strip()]
+            unknown = [name for name in chosen if name not in FAULTS]
+            if unknown or not chosen:
+                raise CliError(
+                    f"--faults: unknown fault {', '.join(unknown) or '(none given)'}; known: {', '.join(FAULTS)}"
+                )
+            options["faults"] = chosen
         reason = namespaces_available()
         if reason is not None:
             raise CliError(f"{args.scenario} on hosts needs network namespaces: {reason}")
+    elif args.faults is not None:
+        raise CliError("--faults is for the faults scenario")
     if args.lake:
         if args.scenario != "spark-read":
             raise CliError("--lake is for the spark-read scenario")
