@@ -153,6 +153,20 @@ class BrokerProcess:
         self.process = None
         return code
 
+    def pause(self) -> None:
+        """``kill -STOP``: frozen as a process stalled by a long GC or a swapping host is (its
+        connections stay open, nothing answers); :meth:`resume` lets it run on."""
+        self._signal_group(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        self._signal_group(signal.SIGCONT)
+
+    def _signal_group(self, sig: int) -> None:
+        if self.alive():
+            assert self.process is not None
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.process.pid, sig)
+
     def kill(self) -> None:
         """``kill -9``: no flush, no clean shutdown."""
         if self.process is not None:

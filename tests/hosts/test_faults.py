@@ -51,7 +51,7 @@ def test_no_acknowledged_record_is_lost_or_duplicated(cluster: HostCluster, faul
         work.wait_acked(300)  # and writes flow again after it
         report = work.stop()
     assert_clean(report)
-    if fault in ("leader-host-cut-off", "leader-partitioned"):
+    if fault in ("leader-host-cut-off", "leader-partitioned", "leader-paused"):
         assert happened["new_leader_after_s"] > 0
         took = failover_s(report["probe"], happened["at"])
         print(f"{fault}: partition 0 takes acks=all writes again after {took} s")

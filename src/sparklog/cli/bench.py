@@ -96,8 +96,8 @@ def add_bench(sub: argparse._SubParsersAction) -> None:
         default=None,
         metavar="F1,F2",
         help="faults: which faults to inject, in this order (default every one: leader-host-cut-off, "
-        "leader-partitioned, zookeeper-node-lost, zookeeper-leader-cut-off, packet-loss-between-brokers, "
-        "rolling-restart)",
+        "leader-partitioned, leader-paused, zookeeper-node-lost, zookeeper-leader-cut-off, "
+        "packet-loss-between-brokers, rolling-restart)",
     )
     p.add_argument("--json", action="store_true", help="print one JSON object (default: one 'name  value' a line)")
     p.set_defaults(handler=run_bench)

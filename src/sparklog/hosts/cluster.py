@@ -106,6 +106,9 @@ class HostCluster:
     def host_of_broker(self, broker_id: int) -> int:
         return self.broker_hosts[broker_id]
 
+    def broker_on(self, host: int) -> BrokerProcess:
+        return next(self.brokers[b] for b, h in self.broker_hosts.items() if h == host)
+
     # ----------------------------------------------------------------- life cycle
     def start(self, timeout: float = BROKER_START_TIMEOUT_S) -> HostCluster:
         self.data_dir.mkdir(parents=True, exist_ok=True)

@@ -10,6 +10,9 @@ partition led by its preferred replica).
   anything meanwhile), then comes back as a follower;
 - ``leader-partitioned``: that leader's host still reaches the clients but neither ZooKeeper nor the
   other brokers (the split-brain case: clients can still send to it, it must not acknowledge);
+- ``leader-paused``: that leader's process frozen (``SIGSTOP``, as a long GC pause or a swapping
+  host freezes it), its session expiring meanwhile, then let run on (``SIGCONT``): a zombie leader
+  that wakes up must find it is one and acknowledge nothing;
 - ``zookeeper-node-lost``: ``kill -9`` of a ZooKeeper server that is not the leader, restarted later;
 - ``zookeeper-leader-cut-off``: the ensemble leader's host loses its network (the others elect one);
 - ``packet-loss-between-brokers``: every broker host drops 5 % of the packets the other brokers send;
@@ -74,6 +77,13 @@ def leader_partitioned(cluster: HostCluster, topic: str, hold_s: float) -> dict[
     return _leader_lost(cluster, topic, hold_s, isolate, lambda _host: cluster.net.heal())
 
 
+def leader_paused(cluster: HostCluster, topic: str, hold_s: float) -> dict[str, Any]:
+    def pause(leader: int, _host: int) -> None:
+        cluster.brokers[leader].pause()
+
+    return _leader_lost(cluster, topic, hold_s, pause, lambda host: cluster.broker_on(host).resume())
+
+
 def zookeeper_node_lost(cluster: HostCluster, topic: str, hold_s: float) -> dict[str, Any]:
     leader = cluster.zookeeper_leader()
     host = next(h for h in cluster.zookeeper_hosts if h != leader)
@@ -120,6 +130,7 @@ def rolling_restart(cluster: HostCluster, topic: str, hold_s: float) -> dict[str
 FAULTS: dict[str, Callable[[HostCluster, str, float], dict[str, Any]]] = {
     "leader-host-cut-off": leader_host_cut_off,
     "leader-partitioned": leader_partitioned,
+    "leader-paused": leader_paused,
     "zookeeper-node-lost": zookeeper_node_lost,
     "zookeeper-leader-cut-off": zookeeper_leader_cut_off,
     "packet-loss-between-brokers": packet_loss_between_brokers,
