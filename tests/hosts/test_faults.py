@@ -26,6 +26,9 @@ pytestmark = [
 ]
 
 
+HOLD_S = 8.0  # twice the brokers' ZooKeeper session timeout: a lost leader is replaced before it is back
+
+
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HostCluster]:
     with HostCluster(tmp_path_factory.mktemp("hosts"), brokers=3) as running:
@@ -46,7 +49,7 @@ def test_no_acknowledged_record_is_lost_or_duplicated(cluster: HostCluster, faul
     with RemoteWorkload(cluster, topic, probe_partition=0) as work:
         cluster.wait_settled(topic)
         work.wait_acked(300)  # writers and the group are under way before the fault
-        happened = faults.inject(cluster, topic, fault)
+        happened = faults.inject(cluster, topic, fault, hold_s=HOLD_S)
         print(happened)
         work.wait_acked(300)  # and writes flow again after it
         report = work.stop()
