@@ -11,7 +11,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import IO
 
@@ -190,6 +190,37 @@ class BrokerProcess:
         return "\n".join(text[-lines:])
 
 
+def raise_if_exited(brokers: Iterable[BrokerProcess]) -> None:
+    """:class:`BrokerNotAvailable` with its log's tail if one of ``brokers`` (starting) exited."""
+    for broker in brokers:
+        code = broker.exited()
+        if code is not None:
+            raise BrokerNotAvailable(
+                f"broker {broker.broker_id} exited with code {code} during start-up "
+                f"(log {broker.log_path}):\n{broker.log_tail(5)}"
+            )
+
+
+def stop_brokers(brokers: Iterable[BrokerProcess]) -> list[str]:
+    """SIGTERM to every running broker at once, SIGKILL to what still runs ``BROKER_STOP_TIMEOUT_S``
+    later; what went wrong, if anything."""
+    brokers = list(brokers)
+    problems: list[str] = []
+    running = [b for b in brokers if b.alive()]
+    for broker in running:
+        broker.terminate()
+    deadline = time.monotonic() + BROKER_STOP_TIMEOUT_S
+    for broker in running:
+        code = broker.stop(timeout=max(0.1, deadline - time.monotonic()))
+        if code is None:
+            problems.append(f"broker {broker.broker_id} did not stop within {BROKER_STOP_TIMEOUT_S:.0f} s")
+        elif code not in (0, -signal.SIGTERM):
+            problems.append(f"broker {broker.broker_id} exited with code {code} (log {broker.log_path})")
+    for broker in brokers:
+        broker.kill()  # anything left (a broker killed earlier and never restarted is a no-op)
+    return problems
+
+
 class LocalCluster:
     """Start with ``with LocalCluster(dir, brokers=3) as cluster: ...``; ``cluster.zookeeper`` is
     the connect string for clients. Broker ``i`` keeps its data in ``<dir>/broker-<i>``."""
@@ -339,13 +370,7 @@ class LocalCluster:
                     for i in ids
                 ):
                     return
-                for i in ids:
-                    code = self.brokers[i].exited()
-                    if code is not None:
-                        raise BrokerNotAvailable(
-                            f"broker {i} exited with code {code} during start-up "
-                            f"(log {self.brokers[i].log_path}):\n{self.brokers[i].log_tail(5)}"
-                        )
+                raise_if_exited(self.brokers[i] for i in ids)
                 if time.monotonic() > deadline:
                     raise BrokerNotAvailable(f"brokers {ids} did not register within {timeout:.0f} s")
                 time.sleep(0.05)
@@ -357,19 +382,7 @@ class LocalCluster:
     def stop(self) -> list[str]:
         """Stop every broker (SIGTERM all at once, SIGKILL what is still running after a while), then
         ZooKeeper. Returns what went wrong, if anything."""
-        problems: list[str] = []
-        running = [b for b in self.brokers.values() if b.alive()]
-        for broker in running:
-            broker.terminate()
-        deadline = time.monotonic() + BROKER_STOP_TIMEOUT_S
-        for broker in running:
-            code = broker.stop(timeout=max(0.1, deadline - time.monotonic()))
-            if code is None:
-                problems.append(f"broker {broker.broker_id} did not stop within {BROKER_STOP_TIMEOUT_S:.0f} s")
-            elif code not in (0, -signal.SIGTERM):
-                problems.append(f"broker {broker.broker_id} exited with code {code} (log {broker.log_path})")
-        for broker in self.brokers.values():
-            broker.kill()  # anything left (a broker killed earlier and never restarted is a no-op)
+        problems = stop_brokers(self.brokers.values())
         if self.embedded is not None:
             self.embedded.stop()
         self._dir_lock.release()

@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from collections.abc import Iterable
 
     from sparklog.coordination.zookeeper_server import EmbeddedZooKeeper
-    from sparklog.local_cluster import BrokerProcess, LocalCluster
+    from sparklog.local_cluster import BrokerProcess
 
 DEFAULT_DATA_DIR = "data"
 DEFAULT_BROKER_PORT = 9092
@@ -323,10 +323,7 @@ def run_up(args: argparse.Namespace) -> int:
                     f"(or SPARKLOG_ZOOKEEPER={cluster.zookeeper}); Ctrl-C stops it",
                     flush=True,
                 )
-            died = _watch(cluster, stop)
-            if died is not None:
-                print(f"sparklog: {died}: stopping the cluster", file=sys.stderr, flush=True)
-                problems.append(died)
+            problems += _watch([z for z in [cluster.embedded] if z is not None], cluster.brokers.values(), stop)
     finally:
         problems += cluster.stop()
         stop.restore()
@@ -389,10 +386,7 @@ def run_up_on_hosts(args: argparse.Namespace) -> int:
             f"{cluster.host_of_broker(1)} down` (`up` again to reconnect); Ctrl-C stops it and removes the namespaces",
             flush=True,
         )
-        died = _watch_processes(cluster.zookeepers.values(), cluster.brokers.values(), stop)
-        if died is not None:
-            print(f"sparklog: {died}: stopping the cluster", file=sys.stderr, flush=True)
-            problems.append(died)
+        problems += _watch(cluster.zookeepers.values(), cluster.brokers.values(), stop)
     finally:
         problems += cluster.stop()
         stop.restore()
@@ -401,24 +395,17 @@ def run_up_on_hosts(args: argparse.Namespace) -> int:
     return 0
 
 
-def _watch(cluster: LocalCluster, stop: _StopSignal) -> str | None:
-    """Until a stop signal (None) or a process of the cluster exits on its own: then what exited
-    (the cluster is stopped: half a cluster would only look alive)."""
-    zookeepers = [] if cluster.embedded is None else [cluster.embedded]
-    return _watch_processes(zookeepers, cluster.brokers.values(), stop)
-
-
-def _watch_processes(
-    zookeepers: Iterable[EmbeddedZooKeeper], brokers: Iterable[BrokerProcess], stop: _StopSignal
-) -> str | None:
-    """Until a stop signal (None), or one of these processes exits on its own: what exited."""
+def _watch(zookeepers: Iterable[EmbeddedZooKeeper], brokers: Iterable[BrokerProcess], stop: _StopSignal) -> list[str]:
+    """Until a stop signal (nothing to say), or one of these processes exits on its own: then what
+    exited, said on stderr too (the caller stops the cluster: half a cluster would only look alive)."""
     zookeepers, brokers = list(zookeepers), list(brokers)
     while not stop.wait(0.5):
-        for zookeeper in zookeepers:
-            if not zookeeper.is_running():
-                return f"its ZooKeeper exited (log {zookeeper.log_path})"
+        died = next((f"its ZooKeeper exited (log {z.log_path})" for z in zookeepers if not z.is_running()), None)
         for b in brokers:
             code = b.exited()
-            if code is not None:
-                return f"broker {b.broker_id} exited with code {code} (log {b.log_path})"
-    return None
+            if died is None and code is not None:
+                died = f"broker {b.broker_id} exited with code {code} (log {b.log_path})"
+        if died is not None:
+            print(f"sparklog: {died}: stopping the cluster", file=sys.stderr, flush=True)
+            return [died]
+    return []

@@ -27,7 +27,7 @@ from sparklog.coordination.ports import port_is_open
 from sparklog.coordination.zookeeper_server import EmbeddedZooKeeper, four_letter_word
 from sparklog.errors import BrokerNotAvailable, InvalidRequest
 from sparklog.hosts.network import HostNetwork
-from sparklog.local_cluster import BROKER_START_TIMEOUT_S, BROKER_STOP_TIMEOUT_S, BrokerProcess
+from sparklog.local_cluster import BROKER_START_TIMEOUT_S, BrokerProcess, raise_if_exited, stop_brokers
 
 ZOOKEEPER_PORT = 2181
 FLIGHT_PORT = 9092
@@ -142,13 +142,7 @@ class HostCluster:
             serving = [i for i in ids if i in live and self._serves(self.brokers[i])]
             if len(serving) == len(ids):
                 return
-            for i in ids:
-                code = self.brokers[i].exited()
-                if code is not None:
-                    raise BrokerNotAvailable(
-                        f"broker {i} exited with code {code} during start-up "
-                        f"(log {self.brokers[i].log_path}):\n{self.brokers[i].log_tail(5)}"
-                    )
+            raise_if_exited(self.brokers[i] for i in ids)
             if time.monotonic() > deadline:
                 raise BrokerNotAvailable(f"brokers {sorted(set(ids) - set(serving))} did not serve in {timeout:.0f} s")
             time.sleep(0.1)
@@ -160,19 +154,11 @@ class HostCluster:
     def stop(self) -> list[str]:
         """Stop every broker (SIGTERM, SIGKILL after a while), the ensemble and the network; returns
         what went wrong, if anything."""
-        problems: list[str] = []
         with contextlib.suppress(Exception):
             self.net.heal()  # a broker cut off from ZooKeeper takes its session timeout to stop
-        running = [b for b in self.brokers.values() if b.alive()]
-        for broker in running:
-            broker.terminate()
-        deadline = time.monotonic() + BROKER_STOP_TIMEOUT_S
-        for broker in running:
-            code = broker.stop(timeout=max(0.1, deadline - time.monotonic()))
-            if code is None:
-                problems.append(f"broker {broker.broker_id} did not stop within {BROKER_STOP_TIMEOUT_S:.0f} s")
         for broker in self.brokers.values():
-            broker.kill()
+            broker.resume()  # a paused one hears the SIGTERM
+        problems = stop_brokers(self.brokers.values())
         if self.meta is not None:
             with contextlib.suppress(Exception):
                 self.meta.close()
