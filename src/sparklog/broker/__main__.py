@@ -31,6 +31,7 @@ def main(
     config_file: str | None = None,
     lake_dir: str | None = None,
     kafka_port: int | None = None,
+    metrics_port: int | None = None,
 ) -> int:
     """Run one broker in the foreground (``sparklog broker``); ``config_file``: a properties file
     with its listeners and security settings (:mod:`sparklog.security.broker_config`)."""
@@ -56,6 +57,7 @@ def main(
         security=security,
         lake_dir=lake_dir,
         kafka_port=kafka_port,
+        metrics_port=metrics_port,
     )
     try:
         broker.start()
@@ -69,6 +71,8 @@ def main(
     if broker.kafka_endpoints:
         listed = ", ".join(f"{e.protocol}://{e.host}:{e.port}" for e in broker.kafka_endpoints)
         print(f"broker {broker_id} Kafka listeners: {listed}", flush=True)
+    if broker.metrics_url is not None:
+        print(f"broker {broker_id} metrics at {broker.metrics_url}", flush=True)
     broker.run_until_signalled(stop_early)
     return 0
 
@@ -92,6 +96,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="a plaintext Kafka-protocol listener on --host at this port (0: any free port); default: "
         "only what the --config file's kafka.listeners says",
     )
+    parser.add_argument(
+        "--metrics-port",
+        type=int,
+        default=None,
+        help="serve Prometheus metrics at http://HOST:PORT/metrics on --host (0: any free port); default: none",
+    )
     return parser
 
 
@@ -108,6 +118,7 @@ def run(argv: list[str] | None = None) -> int:
         args.config,
         args.lake_dir,
         args.kafka_port,
+        args.metrics_port,
     )
 
 
