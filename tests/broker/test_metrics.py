@@ -130,3 +130,25 @@ def test_under_replicated_partitions_while_a_follower_is_away(cluster: LocalClus
         "broker 3 to catch up and rejoin every ISR",
     )
     assert total(cluster, "kafka_server_replicamanager_isrexpands_total") > expands
+
+
+def test_kafka_protocol_requests_are_counted_by_api_and_version(cluster: LocalCluster) -> None:
+    from confluent_kafka import Producer as KafkaProducer
+
+    with Admin(cluster.zookeeper) as admin:
+        admin.create_topic("from-kafka", 1, 3)
+    producer = KafkaProducer({"bootstrap.servers": cluster.kafka_bootstrap_servers, "acks": "all", "log_level": 3})
+    for i in range(100):
+        producer.produce("from-kafka", value=b"k%d" % i)
+    assert producer.flush(60) == 0
+    assert total(cluster, "kafka_server_brokertopicmetrics_messagesin_total", topic="from-kafka") == 100
+    assert total(cluster, "kafka_network_requestmetrics_requests_total", listener="kafka", request="Produce") > 0
+    assert total(cluster, "kafka_network_requestmetrics_requests_total", listener="kafka", request="Metadata") > 0
+    versions = {
+        dict(labels)["version"]
+        for broker in cluster.brokers.values()
+        for (name, labels), _ in scrape(broker.metrics_url() or "").items()
+        if name == "kafka_network_requestmetrics_requests_total" and dict(labels).get("request") == "ApiVersions"
+    }
+    assert versions and all(v.isdigit() for v in versions)
+    assert total(cluster, "kafka_network_requestmetrics_totaltimems_count", listener="kafka", request="Produce") > 0

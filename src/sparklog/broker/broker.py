@@ -287,7 +287,7 @@ class Broker:
             lambda: self.replicas.partitions,
         )
         self.kafka_listeners, self.kafka_endpoints = open_kafka_listeners(
-            gateway, self.security, access, cluster.zk, cluster.layout, self.max_calls_per_ip
+            gateway, self.security, access, cluster.zk, cluster.layout, self.max_calls_per_ip, self.metrics
         )
 
     def _register(self) -> None:

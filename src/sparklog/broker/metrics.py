@@ -87,9 +87,10 @@ class BrokerMetrics:
         )
         self._total_time = Histogram(
             "kafka_network_requestmetrics_totaltimems",
-            "Request time in MILLISECONDS, by listener and request: a Kafka-protocol request from read to "
-            "response written; a Flight fetch until its response stream is ready (the first batches read); "
-            "a Flight action in full (Flight produce streams are long-lived and not timed)",
+            "Request time in MILLISECONDS, by listener and request: a Kafka-protocol request from its frame "
+            "read to its response made (quota mutes not included); a Flight fetch until its response stream "
+            "is ready (the first batches read); a Flight action in full (Flight produce streams are "
+            "long-lived and not timed)",
             ["listener", "request"],
             buckets=LATENCY_BUCKETS_MS,
             registry=r,
