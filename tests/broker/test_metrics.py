@@ -132,7 +132,7 @@ def test_under_replicated_partitions_while_a_follower_is_away(cluster: LocalClus
     assert total(cluster, "kafka_server_replicamanager_isrexpands_total") > expands
 
 
-def test_kafka_protocol_requests_are_counted_by_api_and_version(cluster: LocalCluster) -> None:
+def test_kafka_protocol_requests_and_records_are_counted(cluster: LocalCluster) -> None:
     from confluent_kafka import Producer as KafkaProducer
 
     with Admin(cluster.zookeeper) as admin:
@@ -141,6 +141,7 @@ def test_kafka_protocol_requests_are_counted_by_api_and_version(cluster: LocalCl
     for i in range(100):
         producer.produce("from-kafka", value=b"k%d" % i)
     assert producer.flush(60) == 0
+    del producer  # its connections close
     assert total(cluster, "kafka_server_brokertopicmetrics_messagesin_total", topic="from-kafka") == 100
     assert total(cluster, "kafka_network_requestmetrics_requests_total", listener="kafka", request="Produce") > 0
     assert total(cluster, "kafka_network_requestmetrics_requests_total", listener="kafka", request="Metadata") > 0
@@ -152,3 +153,25 @@ def test_kafka_protocol_requests_are_counted_by_api_and_version(cluster: LocalCl
     }
     assert versions and all(v.isdigit() for v in versions)
     assert total(cluster, "kafka_network_requestmetrics_totaltimems_count", listener="kafka", request="Produce") > 0
+
+    from confluent_kafka import Consumer as KafkaConsumer
+
+    consumer = KafkaConsumer(
+        {
+            "bootstrap.servers": cluster.kafka_bootstrap_servers,
+            "group.id": "metered-kafka",
+            "auto.offset.reset": "earliest",
+            "log_level": 3,
+        }
+    )
+    try:
+        consumer.subscribe(["from-kafka"])
+        read = 0
+        while read < 100:
+            message = consumer.poll(1.0)
+            if message is not None and message.error() is None:
+                read += 1
+    finally:
+        consumer.close()
+    assert total(cluster, "kafka_server_brokertopicmetrics_messagesout_total", topic="from-kafka") >= 100
+    assert total(cluster, "kafka_server_brokertopicmetrics_bytesout_total", topic="from-kafka") > 0

@@ -285,6 +285,7 @@ class Broker:
             states.states,
             self.data_dir,
             lambda: self.replicas.partitions,
+            self.metrics,
         )
         self.kafka_listeners, self.kafka_endpoints = open_kafka_listeners(
             gateway, self.security, access, cluster.zk, cluster.layout, self.max_calls_per_ip, self.metrics

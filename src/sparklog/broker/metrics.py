@@ -69,13 +69,13 @@ class BrokerMetrics:
         )
         self._bytes_out = Counter(
             "kafka_server_brokertopicmetrics_bytesout",
-            "Bytes (Arrow buffers) of the batches sent to consumers (not to follower replicas), by topic",
+            "Bytes (Arrow buffers) of batches sent to consumers (Kafka protocol: as read), not to followers, by topic",
             ["topic"],
             registry=r,
         )
         self._messages_out = Counter(
             "kafka_server_brokertopicmetrics_messagesout",
-            "Records sent to consumers (not to follower replicas), by topic",
+            "Records sent to consumers (Kafka protocol: as read for the response), not to followers, by topic",
             ["topic"],
             registry=r,
         )
