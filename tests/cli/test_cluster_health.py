@@ -101,3 +101,20 @@ def test_an_offline_partition(cluster: LocalCluster) -> None:
     finally:
         cluster.restart(holder)
     wait_for(lambda: healthy(cluster, "zookeeper"), WAIT_S, "the cluster to be whole again")
+
+
+def test_no_controller_when_every_broker_is_down(cluster: LocalCluster) -> None:
+    for broker in cluster.brokers.values():
+        broker.stop()
+    try:
+        result = health(cluster, "zookeeper")
+        assert result.returncode == 1, result
+        lines = result.stdout.splitlines()
+        assert "no controller: no broker holds the controller role" in lines, lines
+        assert all(any(line.startswith(f"broker {b} down") for line in lines) for b in (1, 2, 3)), lines
+        assert "partition everywhere-0 offline: " in result.stdout  # no leader, or the last one, gone
+    finally:
+        for broker in cluster.brokers.values():
+            broker.start()
+        cluster.wait_for_brokers(list(cluster.brokers))
+    wait_for(lambda: healthy(cluster, "zookeeper"), WAIT_S, "the cluster to be whole again")
