@@ -3,6 +3,8 @@ and consumed, and while a follower is away (one 3-broker cluster for the module)
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import urllib.request
 import uuid
 from collections.abc import Iterator
@@ -12,6 +14,7 @@ from typing import TYPE_CHECKING
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from broker_helpers import BrokerProcess, ProcessGroup, registered_brokers
 from sparklog import Admin, Consumer, Producer
 from sparklog.coordination.cluster import ClusterMetadata
 from sparklog.local_cluster import LocalCluster
@@ -175,3 +178,32 @@ def test_kafka_protocol_requests_and_records_are_counted(cluster: LocalCluster) 
         consumer.close()
     assert total(cluster, "kafka_server_brokertopicmetrics_messagesout_total", topic="from-kafka") >= 100
     assert total(cluster, "kafka_server_brokertopicmetrics_bytesout_total", topic="from-kafka") > 0
+
+
+def test_a_hand_started_broker_serves_metrics_only_when_given_a_port(
+    tmp_path: Path, sparklog_connect: str, child_processes: ProcessGroup
+) -> None:
+    plain = BrokerProcess(1, tmp_path / "broker-1", sparklog_connect, child_processes).start()
+    metered = BrokerProcess(
+        2, tmp_path / "broker-2", sparklog_connect, child_processes, extra_args=("--metrics-port", "0")
+    ).start()
+    registered = registered_brokers(sparklog_connect)
+    assert registered[1].metrics_url is None
+    url = registered[2].metrics_url
+    assert url is not None and url.startswith("http://127.0.0.1:") and url.endswith("/metrics")
+    assert f"broker 2 metrics at {url}" in metered.output()
+    assert "metrics at" not in plain.output()
+    assert ("kafka_server_replicamanager_partitioncount", ()) in scrape(url)
+
+
+def test_sparklog_broker_refuses_a_metrics_port_out_of_range(sparklog_connect: str, tmp_path: Path) -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "sparklog.cli.main", "broker", "--id", "1", "--port", "0", "--metrics-port", "70000"]
+        + ["--data-dir", str(tmp_path / "b"), "--zookeeper", sparklog_connect],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode != 0
+    assert "--metrics-port must be a port from 0 to 65535, got 70000" in result.stderr
