@@ -369,6 +369,7 @@ def run_up_on_hosts(args: argparse.Namespace) -> int:
             ("--lake-dir", args.lake_dir is not None),
             ("--broker-port", args.broker_port != DEFAULT_BROKER_PORT),
             ("--kafka-port", args.kafka_port != 0),
+            ("--metrics-port", args.metrics_port != 0),  # the hosts' brokers serve no metrics yet
             ("--zookeeper-port", args.zookeeper_port != 2181),
         )
         if given
