@@ -29,6 +29,7 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.exposition import start_http_server
 from prometheus_client.registry import Collector
 
+from sparklog.broker.log.segment import LogSegment
 from sparklog.broker.partition import Partition
 
 # request latency buckets, in milliseconds (Kafka's TotalTimeMs is in ms)
@@ -154,6 +155,17 @@ class BrokerMetrics:
             server.server_close()
 
 
+def _segment_size(segment: LogSegment) -> int:
+    """A segment's bytes without loading it: a lazily opened segment nobody used yet (after a
+    restart, most of them) is measured on disk, so a scrape never opens a log's old segments."""
+    if segment.loaded:
+        return int(segment.size)
+    try:
+        return segment.path.stat().st_size
+    except OSError:  # deleted meanwhile (retention)
+        return 0
+
+
 def _thread_count() -> int:
     """The process's threads, native ones included (Linux), else Python's."""
     try:
@@ -188,8 +200,9 @@ class _StateCollector(Collector):
             labels = [partition.topic, str(partition.partition)]
             plog = partition.log
             if not plog.closed:
-                size.add_metric(labels, plog.size_bytes)
-                segments.add_metric(labels, len(plog.segments))
+                held_segments = list(plog.segments)
+                size.add_metric(labels, sum(_segment_size(s) for s in held_segments))
+                segments.add_metric(labels, len(held_segments))
             state = partition.state
             if state is None or state.leader != partition.broker_id:
                 continue
