@@ -3,6 +3,7 @@ and consumed, and while a follower is away (one 3-broker cluster for the module)
 
 from __future__ import annotations
 
+import socket
 import subprocess
 import sys
 import urllib.request
@@ -17,7 +18,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from broker_helpers import BrokerProcess, ProcessGroup, registered_brokers
 from sparklog import Admin, Consumer, Producer
 from sparklog.coordination.cluster import ClusterMetadata
-from sparklog.local_cluster import LocalCluster
+from sparklog.local_cluster import LocalCluster, broker_command
 from waiting import wait_for
 
 if TYPE_CHECKING:
@@ -207,3 +208,18 @@ def test_sparklog_broker_refuses_a_metrics_port_out_of_range(sparklog_connect: s
     )
     assert result.returncode != 0
     assert "--metrics-port must be a port from 0 to 65535, got 70000" in result.stderr
+
+
+def test_a_broker_whose_metrics_port_is_taken_exits_saying_so(sparklog_connect: str, tmp_path: Path) -> None:
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        port = taken.getsockname()[1]
+        result = subprocess.run(
+            [*broker_command(1, 0, tmp_path / "b", sparklog_connect), "--metrics-port", str(port)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+    assert result.returncode == 1, result
+    assert f"broker 1: error: cannot serve metrics on 127.0.0.1:{port}" in result.stderr, result.stderr
+    assert "Traceback" not in result.stderr

@@ -14,7 +14,7 @@ import threading
 from sparklog.broker.broker import Broker
 from sparklog.broker.call_limits import DEFAULT_MAX_CALLS_PER_IP
 from sparklog.broker.log_manager import DEFAULT_PRODUCER_ID_EXPIRATION_MS
-from sparklog.errors import BrokerIdInUse, DirectoryInUse
+from sparklog.errors import BrokerIdInUse, DirectoryInUse, PortInUse
 from sparklog.file_modes import owner_only_files_if
 from sparklog.security.broker_config import BrokerSecurity
 from sparklog.security.client_config import load_properties
@@ -61,7 +61,7 @@ def main(
     )
     try:
         broker.start()
-    except (DirectoryInUse, BrokerIdInUse) as exc:  # another broker has this dir or id: say whose it is
+    except (DirectoryInUse, BrokerIdInUse, PortInUse) as exc:  # another broker has this dir, id or port: say so
         print(f"broker {broker_id}: error: {exc}", file=sys.stderr, flush=True)
         return 1
     print(f"broker {broker_id} listening on {host}:{broker.port} (data in {data_dir})", flush=True)

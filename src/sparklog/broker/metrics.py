@@ -31,6 +31,7 @@ from prometheus_client.registry import Collector
 
 from sparklog.broker.log.segment import LogSegment
 from sparklog.broker.partition import Partition
+from sparklog.errors import PortInUse
 
 # request latency buckets, in milliseconds (Kafka's TotalTimeMs is in ms)
 LATENCY_BUCKETS_MS = (0.5, 1, 2.5, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000)
@@ -140,7 +141,10 @@ class BrokerMetrics:
     # ----------------------------------------------------------------- the endpoint
     def serve(self, host: str, port: int) -> int:
         """Serve ``/metrics`` on ``host``:``port`` (0: any free port) from a daemon thread; the port."""
-        self._server, self._thread = start_http_server(port, host, registry=self.registry)
+        try:
+            self._server, self._thread = start_http_server(port, host, registry=self.registry)
+        except OSError as exc:
+            raise PortInUse(f"cannot serve metrics on {host}:{port} ({exc.strerror or exc})") from None
         self.port = int(self._server.server_port)
         return self.port
 
