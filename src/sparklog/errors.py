@@ -395,6 +395,12 @@ class BrokerIdInUse(InvalidRequest):
     code = "BROKER_ID_IN_USE"
 
 
+class PortInUse(SparklogError):
+    """A port a broker was told to listen on (its metrics endpoint's) cannot be bound."""
+
+    code = "PORT_IN_USE"
+
+
 class DirectoryInUse(SparklogError):
     """A data directory is locked by another process (a broker, a ZooKeeper, `sparklog up`)."""
 

@@ -40,6 +40,7 @@ def broker_command(
     kafka_port: int | None = None,
     host: str = "127.0.0.1",
     namespace: str | None = None,
+    metrics_port: int | None = None,
 ) -> list[str]:
     """The command line of a broker process (this interpreter, ``python -m sparklog.broker``),
     listening on ``host``; in network namespace ``namespace`` if given (``ip netns exec``, which
@@ -47,6 +48,7 @@ def broker_command(
     lake = [] if lake_dir is None else ["--lake-dir", str(lake_dir)]
     lake += [] if kafka_port is None else ["--kafka-port", str(kafka_port)]
     lake += [] if host == "127.0.0.1" else ["--host", host]
+    lake += [] if metrics_port is None else ["--metrics-port", str(metrics_port)]
     on_host = [] if namespace is None else ["ip", "netns", "exec", namespace]
     return [
         *on_host,
@@ -83,8 +85,10 @@ class BrokerProcess:
         kafka_port: int | None = None,
         host: str = "127.0.0.1",
         namespace: str | None = None,
+        metrics_port: int | None = None,
     ) -> None:
         self.broker_id = broker_id
+        self.metrics_port = metrics_port  # its Prometheus endpoint's (None: none)
         self.host = host
         self.namespace = namespace
         self.lake_dir = lake_dir
@@ -111,6 +115,7 @@ class BrokerProcess:
             self.kafka_port,
             self.host,
             self.namespace,
+            self.metrics_port,
         )
         command += self.extra_args
         self._log = open_for_append(self.log_path, self.owner_only)  # kept open while the broker runs
@@ -124,6 +129,10 @@ class BrokerProcess:
             start_new_session=True,  # a Ctrl-C reaches the parent only; it stops the brokers in order
             preexec_fn=preexec(),
         )
+
+    def metrics_url(self) -> str | None:
+        """Where Prometheus scrapes this broker (None: it serves no metrics)."""
+        return None if self.metrics_port is None else f"http://{self.host}:{self.metrics_port}/metrics"
 
     def alive(self) -> bool:
         return self.process is not None and self.process.poll() is None
@@ -237,8 +246,10 @@ class LocalCluster:
         lake_dir: str | os.PathLike[str] | None = None,
         kafka_ports: list[int] | None = None,
         broker_properties: BrokerProperties | None = None,
+        metrics_ports: list[int] | None = None,
     ) -> None:
-        """``broker_properties``: more settings for the brokers' properties files, the same for
+        """``metrics_ports``: each broker's Prometheus endpoint (default: free ports).
+        ``broker_properties``: more settings for the brokers' properties files, the same for
         each or a function of the broker id (settings naming a broker's own ports): a ``secure``
         cluster's win over its generated ones; a plain cluster's brokers get a file of these alone
         (``<data_dir>/broker-<id>.properties``, passed with ``--config``), e.g. ``kafka.listeners``
@@ -265,6 +276,7 @@ class LocalCluster:
         self.lake_dir = lake_dir if lake_dir is not None else self.data_dir / "lake"
         ports = broker_ports or [free_port() for _ in range(brokers)]
         kafka: list[int | None] = list(kafka_ports or [free_port() for _ in range(brokers)])
+        metrics = metrics_ports or [free_port() for _ in range(brokers)]
         self.brokers = {
             i + 1: BrokerProcess(
                 i + 1,
@@ -274,6 +286,7 @@ class LocalCluster:
                 log_dir / f"broker-{i + 1}.log" if log_dir else None,
                 self.lake_dir,
                 kafka[i],
+                metrics_port=metrics[i],
             )
             for i in range(brokers)
         }

@@ -18,6 +18,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.request
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -701,6 +702,13 @@ def test_up_runs_a_cluster_and_stops_it_cleanly(
                 ports[int(match.group(1))] = int(match.group(2))
         assert sorted(ports) == list(range(1, brokers_n + 1))
         assert all(port_is_open("127.0.0.1", port) for port in ports.values())
+        # each broker's Prometheus endpoint, on a free port, in its line; it answers
+        metrics = [re.search(r"metrics at (http://127\.0\.0\.1:\d+/metrics)$", line) for line in listening[-brokers_n:]]
+        assert all(metrics), listening
+        for found in metrics:
+            assert found is not None
+            with urllib.request.urlopen(found.group(1), timeout=30) as response:
+                assert b"kafka_server_replicamanager_partitioncount" in response.read()
         children = _descendants(proc.pid)
         assert len(children) >= brokers_n + (0 if given_zookeeper else 1)  # brokers and the ZooKeeper JVM
 

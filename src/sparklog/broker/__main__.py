@@ -14,7 +14,7 @@ import threading
 from sparklog.broker.broker import Broker
 from sparklog.broker.call_limits import DEFAULT_MAX_CALLS_PER_IP
 from sparklog.broker.log_manager import DEFAULT_PRODUCER_ID_EXPIRATION_MS
-from sparklog.errors import BrokerIdInUse, DirectoryInUse
+from sparklog.errors import BrokerIdInUse, DirectoryInUse, PortInUse
 from sparklog.file_modes import owner_only_files_if
 from sparklog.security.broker_config import BrokerSecurity
 from sparklog.security.client_config import load_properties
@@ -31,6 +31,7 @@ def main(
     config_file: str | None = None,
     lake_dir: str | None = None,
     kafka_port: int | None = None,
+    metrics_port: int | None = None,
 ) -> int:
     """Run one broker in the foreground (``sparklog broker``); ``config_file``: a properties file
     with its listeners and security settings (:mod:`sparklog.security.broker_config`)."""
@@ -56,10 +57,11 @@ def main(
         security=security,
         lake_dir=lake_dir,
         kafka_port=kafka_port,
+        metrics_port=metrics_port,
     )
     try:
         broker.start()
-    except (DirectoryInUse, BrokerIdInUse) as exc:  # another broker has this dir or id: say whose it is
+    except (DirectoryInUse, BrokerIdInUse, PortInUse) as exc:  # another broker has this dir, id or port: say so
         print(f"broker {broker_id}: error: {exc}", file=sys.stderr, flush=True)
         return 1
     print(f"broker {broker_id} listening on {host}:{broker.port} (data in {data_dir})", flush=True)
@@ -69,6 +71,8 @@ def main(
     if broker.kafka_endpoints:
         listed = ", ".join(f"{e.protocol}://{e.host}:{e.port}" for e in broker.kafka_endpoints)
         print(f"broker {broker_id} Kafka listeners: {listed}", flush=True)
+    if broker.metrics_url is not None:
+        print(f"broker {broker_id} metrics at {broker.metrics_url}", flush=True)
     broker.run_until_signalled(stop_early)
     return 0
 
@@ -92,6 +96,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="a plaintext Kafka-protocol listener on --host at this port (0: any free port); default: "
         "only what the --config file's kafka.listeners says",
     )
+    parser.add_argument(
+        "--metrics-port",
+        type=int,
+        default=None,
+        help="serve Prometheus metrics at http://HOST:PORT/metrics on --host (0: any free port); default: none",
+    )
     return parser
 
 
@@ -108,6 +118,7 @@ def run(argv: list[str] | None = None) -> int:
         args.config,
         args.lake_dir,
         args.kafka_port,
+        args.metrics_port,
     )
 
 

@@ -42,6 +42,7 @@ from sparklog.broker.lake.union_read import UnionRead
 from sparklog.broker.listeners import open_listeners
 from sparklog.broker.log_manager import DEFAULT_PRODUCER_ID_EXPIRATION_MS, LogManager
 from sparklog.broker.maintenance import MaintenanceLoop
+from sparklog.broker.metrics import BrokerMetrics
 from sparklog.broker.partition import Partition
 from sparklog.broker.partition_state_cache import PartitionStateCache
 from sparklog.broker.peer_clients import PeerClients
@@ -92,8 +93,11 @@ class Broker:
         security: BrokerSecurity | None = None,
         lake_dir: str | None = None,
         kafka_port: int | None = None,
+        metrics_port: int | None = None,
     ) -> None:
-        """``security``: listeners, TLS and SASL (default: one plaintext listener on ``host``:``port``).
+        """``metrics_port``: serve Prometheus metrics over HTTP on ``host`` at that port (0: any free
+        one), advertised in its registration; None: no endpoint.
+        ``security``: listeners, TLS and SASL (default: one plaintext listener on ``host``:``port``).
         ``kafka_port``: a plaintext Kafka-protocol listener on ``host`` at that port (0: any free
         one) when ``security`` configures none (``kafka.listeners``); None: none.
         ``lake_dir``: where lake-enabled topics' Delta tables are (``<lake_dir>/<topic>``; a
@@ -107,6 +111,8 @@ class Broker:
         self.maintenance_interval_s = maintenance_interval_s
         self.session_timeout_s = session_timeout_s
         self._port = port
+        self.metrics_port = metrics_port
+        self.metrics = BrokerMetrics(broker_id, self)  # counted always, served only with a port
         self._stopped = threading.Event()
         self.zk_connected = False
         self.live_brokers: dict[int, BrokerInfo] = {}
@@ -126,6 +132,7 @@ class Broker:
             self.peers.leader_endpoint,
             replica_lag_ms,
             self._stopped,
+            self.metrics,
         )
         self.topic_watcher = TopicWatcher(self.cluster, self.catalog, self.replicas, self._stopped)
         # how often a fetch session looks at its idle partitions (noting caught-up times)
@@ -150,6 +157,23 @@ class Broker:
     @property
     def port(self) -> int:
         return self._port
+
+    @property
+    def metrics_url(self) -> str | None:
+        """Where Prometheus scrapes this broker (None: it serves no metrics)."""
+        return self.metrics.url(self.host)
+
+    # ----------------------------------------------------------------- what the metrics read
+    def controller_state(self) -> tuple[bool, int]:
+        """Whether this broker is the active controller, and the partitions it last found offline."""
+        controller = self.controller
+        if controller is None:
+            return False, 0
+        return controller.active, controller.offline_partitions
+
+    def zookeeper_state(self) -> str:
+        """Its ZooKeeper connection's state: CONNECTED, SUSPENDED or LOST."""
+        return str(self.cluster.zk.state) if self._started else "LOST"
 
     # ----------------------------------------------------------------- what the Flight service reads
     @property
@@ -223,6 +247,8 @@ class Broker:
         ports = {listener.protocol: listener.port for listener, _ in bound}
         self.endpoints = [Listener(a.protocol, a.host, a.port or ports[a.protocol]) for a in self.security.advertised]
         self._open_kafka_listeners(cluster, states, access)
+        if self.metrics_port is not None:
+            self.metrics.serve(self.host, self.metrics_port)
         self._register()  # before taking any role: a second broker with this id stops here
         ChildrenWatch(cluster.zk, cluster.layout.broker_ids, self._on_brokers)
         self.topic_watcher.start()
@@ -259,9 +285,10 @@ class Broker:
             states.states,
             self.data_dir,
             lambda: self.replicas.partitions,
+            self.metrics,
         )
         self.kafka_listeners, self.kafka_endpoints = open_kafka_listeners(
-            gateway, self.security, access, cluster.zk, cluster.layout, self.max_calls_per_ip
+            gateway, self.security, access, cluster.zk, cluster.layout, self.max_calls_per_ip, self.metrics
         )
 
     def _register(self) -> None:
@@ -279,6 +306,7 @@ class Broker:
                     [(e.protocol, e.host, e.port) for e in self.endpoints],
                     self.security.broker_principal,
                     [(e.protocol, e.host, e.port) for e in self.kafka_endpoints],
+                    self.metrics_url,
                 )
                 return
             except InvalidRequest:
@@ -368,6 +396,7 @@ class Broker:
             finished = finished and not closer.is_alive()
         self.logs.close()
         self.peers.close()
+        self.metrics.close()
         self._dir_lock.release()
         log.info("broker %s stopped in %.1f s", self.broker_id, time.monotonic() - began)
         return finished

@@ -127,6 +127,8 @@ def _broker_entry(info: BrokerInfo) -> dict[str, Any]:
     entry: dict[str, Any] = {"id": info.broker_id, "host": info.host, "port": info.port}
     if info.endpoints:
         entry["endpoints"] = {name: f"{host}:{port}" for name, host, port in info.endpoints}
+    if info.metrics_url is not None:
+        entry["metrics_url"] = info.metrics_url
     return entry
 
 
@@ -200,7 +202,10 @@ class ClusterRequests:
             else _denied(name, may, Operation.DESCRIBE)
             for name in names
         ]
-        return {"brokers": brokers, "topics": topics}
+        answer: dict[str, Any] = {"brokers": brokers, "topics": topics}
+        if request.get("controller") is True:  # asked for (a ZooKeeper read): `sparklog cluster health`
+            answer["controller_id"] = self.cluster.controller_id()
+        return answer
 
     def _describe(self, name: str) -> dict[str, Any]:
         try:

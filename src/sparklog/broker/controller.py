@@ -71,6 +71,7 @@ class Controller:
     def __init__(self, broker: ControllerHost) -> None:
         self.broker = broker
         self.active = False
+        self.offline_partitions = 0  # partitions left without a leader by the last reconcile (a metric)
         self._wake = threading.Event()
         self._stopped = threading.Event()
         self._thread = threading.Thread(target=self._run, name="controller", daemon=True)
@@ -151,6 +152,7 @@ class Controller:
         cluster = self._cluster
         for topic in cluster.zk.get_children(cluster.layout.reassignments):
             self._advance_reassignment(topic)
+        offline = 0
         for topic in cluster.topics():
             try:
                 meta = cluster.topic(topic)
@@ -166,6 +168,7 @@ class Controller:
                     continue
                 state, version = states[p]
                 wanted = choose_state(state, replicas, live, unclean)
+                offline += wanted.leader < 0
                 if wanted == state:
                     continue
                 path = cluster.layout.partition_state(topic, p)
@@ -174,6 +177,7 @@ class Controller:
                     log.info("controller: %s-%s %s -> %s", topic, p, state, wanted)
                 except BadVersionError:
                     self._wake.set()  # someone changed it meanwhile: look again
+        self.offline_partitions = offline
 
     def _advance_reassignment(self, topic: str) -> None:
         """Move a topic's partitions towards their requested replicas, one safe step per round:

@@ -27,7 +27,7 @@ from sparklog.broker.partition import Partition
 from sparklog.broker.replication.fetch_request import FRAMED
 from sparklog.broker.replication.replica_fetch_server import ReplicaFetchResponse
 from sparklog.broker.request_fields import int_field, topic_field
-from sparklog.broker.served_call import ServedBroker, ServedCall, Throttled, unthrottled
+from sparklog.broker.served_call import CallMeter, ServedBroker, ServedCall, Throttled, unthrottled
 from sparklog.broker.typed_values import ConsumerView
 from sparklog.errors import InvalidRequest, SparklogError
 from sparklog.protocol import fetch_columns, wire
@@ -52,6 +52,15 @@ def checked_messages(messages: Iterator[Any], check: Callable[[], None]) -> Iter
         check()
         yield message
     check()
+
+
+def metered_messages(messages: Iterator[Any], topic: str, meter: CallMeter) -> Iterator[Any]:
+    """``messages`` (batch, metadata) as they go to a consumer, each batch counted once (rows and
+    bytes: the broker's messages and bytes out)."""
+    for message in messages:
+        batch = message[0]
+        meter.fetched(topic, batch.num_rows, batch.nbytes)
+        yield message
 
 
 def gone_or_revoked(context: flight.ServerCallContext, check: Callable[[], None]) -> Callable[[], bool]:
@@ -130,7 +139,7 @@ def fetch(broker: ServedBroker, call: ServedCall) -> flight.FlightDataStream:
     if throttled is not unthrottled:
         responses = throttled_messages(responses, throttled)
     if replica_id < 0:
-        responses = checked_messages(responses, recheck)
+        responses = metered_messages(checked_messages(responses, recheck), topic, broker.metrics)
     return flight.GeneratorStream(schema, guarded("a fetch response", responses))
 
 
@@ -162,6 +171,7 @@ def multi_fetch(broker: ServedBroker, call: ServedCall) -> flight.FlightDataStre
     if call.throttled is not unthrottled:
         messages = throttled_messages(messages, call.throttled)
     messages = checked_messages(messages, call.recheck)
+    messages = metered_messages(messages, str(call.request.get("topic", "")), broker.metrics)
     return flight.GeneratorStream(schema, guarded("a multi-partition fetch", messages))
 
 

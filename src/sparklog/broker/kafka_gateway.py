@@ -16,6 +16,7 @@ import threading
 import time
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from pathlib import Path
+from typing import Protocol
 
 import pyarrow as pa
 
@@ -76,6 +77,13 @@ PartitionStates = Callable[[str, Iterable[int]], Mapping[int, tuple[PartitionSta
 HostedPartitions = Callable[[], Mapping[TopicPartition, Partition]]  # the replicas this broker holds
 
 
+class FetchMeter(Protocol):
+    """Where a consumer's fetch is counted (:class:`~sparklog.broker.metrics.BrokerMetrics`): once
+    per batch read, never per record."""
+
+    def fetched(self, topic: str, records: int, size: int) -> None: ...
+
+
 class KafkaGateway:
     """A broker's side of :class:`~sparklog.kafka.broker_access.KafkaBroker`."""
 
@@ -92,8 +100,11 @@ class KafkaGateway:
         partition_states: PartitionStates,
         data_dir: Path,
         hosted: HostedPartitions,
+        meter: FetchMeter | None = None,
     ) -> None:
+        """``meter``: counts each batch a Kafka consumer's fetch reads (None: nothing counted)."""
         self.broker_id = broker_id
+        self._meter = meter
         self._leader_partition = leader_partition
         self._value_schemas = value_schemas
         self._union = union_read
@@ -156,6 +167,9 @@ class KafkaGateway:
         led = self._leader(topic, partition, current_leader_epoch)
         hw = led.high_watermark
         stored = self._union.read(led, offset, max_bytes, hw)
+        if self._meter is not None:
+            for batch, _header in stored:
+                self._meter.fetched(topic, batch.num_rows, batch.nbytes)
         schemas = self._value_schemas.get(topic)
         return PartitionRead(
             [

@@ -13,7 +13,7 @@ from sparklog.coordination.zk_layout import ZkLayout
 from sparklog.kafka.broker_access import KafkaBroker
 from sparklog.kafka.coordinator import GroupCoordinator
 from sparklog.kafka.listener_security import ListenerSecurity, SaslLogin, server_tls
-from sparklog.kafka.server import KafkaListener
+from sparklog.kafka.server import KafkaListener, RequestMeter
 from sparklog.security.broker_config import BrokerSecurity, Listener
 from sparklog.security.credential_store import CredentialStore, CredentialWatch
 from sparklog.security.sasl_exchange import Decoys
@@ -57,8 +57,10 @@ def open_kafka_listeners(
     zk: KazooClient,
     layout: ZkLayout,
     max_connections_per_ip: int,
+    meter: RequestMeter | None = None,
 ) -> tuple[list[KafkaListener], list[Listener]]:
-    """Bind and start every Kafka listener; the listeners and the endpoints they advertise."""
+    """Bind and start every Kafka listener; the listeners and the endpoints they advertise.
+    ``meter``: where they count the requests they answer."""
     securities = listener_securities(security, access, zk, layout)
     groups = GroupCoordinator()  # one per broker, whichever listener a group's members come through
     started: list[KafkaListener] = []
@@ -73,6 +75,7 @@ def open_kafka_listeners(
                 groups=groups,
                 auto_create_topics=security.auto_create_topics,
                 security=securities[listener.protocol],
+                meter=meter,
             )
             started.append(kafka.start())
             ports[listener.protocol] = kafka.port

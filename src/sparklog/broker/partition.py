@@ -11,7 +11,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import pyarrow as pa
 
@@ -28,6 +28,13 @@ ACK_TIMEOUT_S = 15.0
 WAIT_SLICE_S = 0.25  # how often a waiting fetch asks whether its client went away
 
 
+class ProduceMeter(Protocol):
+    """Where a leader counts what it appends (:class:`~sparklog.broker.metrics.BrokerMetrics`):
+    once per batch, never per record."""
+
+    def produced(self, topic: str, records: int, size: int) -> None: ...
+
+
 class Partition:
     """Replication state of one local partition replica (thread-safe)."""
 
@@ -40,8 +47,11 @@ class Partition:
         update_isr: Callable[[Partition, list[int]], bool],
         replica_lag_ms: int = DEFAULT_REPLICA_LAG_MS,
         on_change: Callable[[], None] = lambda: None,
+        meter: ProduceMeter | None = None,
     ) -> None:
+        """``meter``: counts each batch appended as leader (None: nothing counted)."""
         self.topic = topic
+        self.meter = meter
         self.partition = partition
         self.broker_id = broker_id
         self.log = log
@@ -114,6 +124,8 @@ class Partition:
                 f"min.insync.replicas={min_isr}: write refused"
             )
         info = self.log.append(batch, leader_epoch=state.leader_epoch, producer_id=producer_id, producer_seq=sequence)
+        if self.meter is not None:
+            self.meter.produced(self.topic, batch.num_rows, batch.nbytes)
         with self.changed:
             self._advance_hw()
             self.changed.notify_all()

@@ -18,7 +18,7 @@ from kazoo.exceptions import BadVersionError, KazooException, NodeExistsError, N
 from kazoo.protocol.states import EventType, WatchedEvent
 
 from sparklog.broker.log_manager import LogManager
-from sparklog.broker.partition import Partition
+from sparklog.broker.partition import Partition, ProduceMeter
 from sparklog.broker.replication.fetch_session import FetchSessionCache
 from sparklog.broker.replication.fetcher_manager import ReplicaFetcherManager
 from sparklog.broker.replication.leader_endpoint import LeaderEndPoint
@@ -55,6 +55,13 @@ class TopicSource(Protocol):
     def log_schemas(self, topic: str) -> Sequence[ValueSchema]: ...
 
 
+class ReplicaMeter(ProduceMeter, Protocol):
+    """Where the replicas count what they do (:class:`~sparklog.broker.metrics.BrokerMetrics`):
+    batches appended as leader, and the ISR changes of partitions led here."""
+
+    def isr_changed(self, shrinks: int, expands: int) -> None: ...
+
+
 class ReplicaManager:
     """The partitions held on one broker, their roles and their ISRs."""
 
@@ -68,8 +75,11 @@ class ReplicaManager:
         endpoint_for: Callable[[int], LeaderEndPoint],
         replica_lag_ms: int,
         stopped: threading.Event,
+        meter: ReplicaMeter | None = None,
     ) -> None:
+        """``meter``: counts produced batches and ISR changes (None: nothing counted)."""
         self.broker_id = broker_id
+        self._meter = meter
         self._cluster = cluster
         self._topics = topics
         self._logs = logs
@@ -220,6 +230,7 @@ class ReplicaManager:
                 return  # an older notification arriving late
             before = partition.state
             partition.apply_state(state, version, meta.replicas[p])
+            self._count_isr_change(before, state)
             if before is None or (before.leader, before.leader_epoch) != (state.leader, state.leader_epoch):
                 role = "leads" if state.leader == self.broker_id else f"follows {state.leader}"
                 log.info("%s-%s: broker %s %s in epoch %s", topic, p, self.broker_id, role, state.leader_epoch)
@@ -231,6 +242,15 @@ class ReplicaManager:
                 self.replication.unfollow((topic, p))
             else:
                 self.replication.follow(partition, state.leader)
+
+    def _count_isr_change(self, before: PartitionState | None, after: PartitionState) -> None:
+        """Count the ISR shrinks and expands of a partition led here in one epoch: whether this
+        leader wrote them or the controller did (it drops a broker whose session ended)."""
+        if self._meter is None or before is None or after.leader != self.broker_id:
+            return
+        if (before.leader, before.leader_epoch) != (after.leader, after.leader_epoch):
+            return  # a new leadership, not an ISR change
+        self._meter.isr_changed(len(set(before.isr) - set(after.isr)), len(set(after.isr) - set(before.isr)))
 
     def _partition(self, topic: str, p: int) -> Partition:
         key = (topic, p)
@@ -246,6 +266,7 @@ class ReplicaManager:
                 self._update_isr,
                 self._replica_lag_ms,
                 on_change=lambda: self.changes.notify(key),
+                meter=self._meter,
             )
             self.partitions[key] = partition
         return partition

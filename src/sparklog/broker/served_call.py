@@ -29,15 +29,26 @@ def unthrottled(_kind: Kind, _amount: float) -> float:
     return 0.0
 
 
+class CallMeter(Protocol):
+    """Where served calls are counted (:class:`~sparklog.broker.metrics.BrokerMetrics`): once per
+    request, and once per batch sent to a consumer, never per record."""
+
+    def fetched(self, topic: str, records: int, size: int) -> None: ...
+
+    def request(self, listener: str, name: str, version: str = "", elapsed_s: float | None = None) -> None: ...
+
+
 class ServedBroker(Protocol):
     """What the Flight service needs of its broker (:class:`~sparklog.broker.broker.Broker`, or a
     fake): the partitions it leads, what waiting fetches wait on, the followers' fetch sessions,
-    the lake's union read, the typed topics' schemas and the cluster actions' answers."""
+    the lake's union read, the typed topics' schemas, the cluster actions' answers, and where calls
+    are counted."""
 
     broker_id: int
     full_look_s: float
     union_read: UnionRead
     cluster_requests: ClusterRequests | None
+    metrics: CallMeter
 
     @property
     def changes(self) -> PartitionChanges: ...

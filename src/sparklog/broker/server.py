@@ -67,6 +67,8 @@ GETS: dict[str, GetHandler] = {
     FETCH_MANY: fetch_handler.multi_fetch,
     REPLICA_FETCH: fetch_handler.replica_fetch,
 }
+# each fetch call's request name in the metrics (Kafka's: a follower's fetch is a Fetch too)
+_FETCH_NAMES = {FETCH: "Fetch", FETCH_MANY: "Fetch", REPLICA_FETCH: "FetchFollower"}
 
 
 class BrokerServer(flight.FlightServerBase):
@@ -194,6 +196,7 @@ class BrokerServer(flight.FlightServerBase):
             produce_handler.produce_acks(request)  # a bad acks is refused before anything else
             served = self._call(context, Call.PUT, request)
             served.throttled("request", 1)
+            self.broker.metrics.request("flight", "Produce")  # a put stream is long-lived: not timed
             PUTS[call_type(Call.PUT, request)](self.broker, served, reader, writer)
 
     def do_get(self, context: flight.ServerCallContext, ticket: flight.Ticket) -> flight.FlightDataStream:
@@ -201,7 +204,11 @@ class BrokerServer(flight.FlightServerBase):
             admit(context)
             request = parse_request(ticket.ticket)
             served = self._call(context, Call.GET, request)
-            return GETS[call_type(Call.GET, request)](self.broker, served)
+            began = time.monotonic()
+            kind = call_type(Call.GET, request)
+            stream = GETS[kind](self.broker, served)
+            self.broker.metrics.request("flight", _FETCH_NAMES.get(kind, "Fetch"), "", time.monotonic() - began)
+            return stream
 
     # ----------------------------------------------------------------- actions
     def do_action(self, context: flight.ServerCallContext, action: flight.Action) -> Iterator[bytes]:
@@ -213,12 +220,14 @@ class BrokerServer(flight.FlightServerBase):
             throttled = unthrottled if replica else self._throttler(context)  # replicas are never throttled
             throttled("request", 1)
             handler = self._actions.get(action.type)
+            began = time.monotonic()
             if handler is not None:
                 result = handler(request, may, throttled)
             elif self.broker.cluster_requests is not None and action.type in self.broker.cluster_requests.actions:
                 result = self.broker.cluster_requests.answer(action.type, request, may)
             else:
                 raise InvalidRequest(f"action {action.type!r:.100} is not served by this broker")
+            self.broker.metrics.request("flight", action.type, "", time.monotonic() - began)
         return iter([wire.encode(result)])
 
     def _copy_records(self, request: dict[str, Any], _may: CallPermissions, throttled: Throttled) -> dict[str, Any]:

@@ -65,6 +65,14 @@ def add_up(sub: argparse._SubParsersAction) -> None:
         "broker i on BASE+i-1 (default 0 = any free ports)",
     )
     p.add_argument(
+        "--metrics-port",
+        type=int,
+        default=0,
+        metavar="BASE",
+        help="first broker's Prometheus metrics endpoint (http://127.0.0.1:PORT/metrics), broker i on BASE+i-1 "
+        "(default 0 = any free ports)",
+    )
+    p.add_argument(
         "--lake-dir",
         metavar="DIR_OR_URI",
         help="where lake-enabled topics' Delta tables go (default DIR/lake)",
@@ -148,6 +156,13 @@ def add_broker(sub: argparse._SubParsersAction) -> None:
         help="a plaintext Kafka-protocol listener on --host at this port (0: any free port); default: only what "
         "the --config file's kafka.listeners says",
     )
+    p.add_argument(
+        "--metrics-port",
+        type=int,
+        default=None,
+        metavar="P",
+        help="serve Prometheus metrics at http://HOST:P/metrics on --host (0: any free port); default: no endpoint",
+    )
     add_zookeeper_option(p)
     p.set_defaults(handler=run_broker, logs=True)
 
@@ -194,6 +209,8 @@ def run_broker(args: argparse.Namespace) -> int:
         raise CliError(f"--producer-id-expiration-ms must be >= 1, got {args.producer_id_expiration_ms}")
     if args.kafka_port is not None and not 0 <= args.kafka_port < 65536:
         raise CliError(f"--kafka-port must be a port from 0 to 65535, got {args.kafka_port}")
+    if args.metrics_port is not None and not 0 <= args.metrics_port < 65536:
+        raise CliError(f"--metrics-port must be a port from 0 to 65535, got {args.metrics_port}")
     return broker_main(
         args.id,
         args.port,
@@ -205,6 +222,7 @@ def run_broker(args: argparse.Namespace) -> int:
         args.config,
         args.lake_dir,
         args.kafka_port,
+        args.metrics_port,
     )
 
 
@@ -254,7 +272,7 @@ def run_up(args: argparse.Namespace) -> int:
         raise CliError(f"--brokers must be at least 1, got {args.brokers}")
     if args.hosts:
         return run_up_on_hosts(args)
-    if args.broker_port < 0 or args.zookeeper_port < 0 or args.kafka_port < 0:
+    if min(args.broker_port, args.zookeeper_port, args.kafka_port, args.metrics_port) < 0:
         raise CliError("ports must be >= 0")
     data_dir = Path(args.data_dir)
     data_dir.mkdir(parents=True, exist_ok=True)
@@ -267,7 +285,8 @@ def run_up(args: argparse.Namespace) -> int:
         zookeeper=args.zookeeper if args.zookeeper_given else None,
         zookeeper_port=args.zookeeper_port or None,
         broker_ports=(flight := _broker_ports(args.broker_port, args.brokers)),
-        kafka_ports=_broker_ports(args.kafka_port, args.brokers, taken=flight),
+        kafka_ports=(kafka := _broker_ports(args.kafka_port, args.brokers, taken=flight)),
+        metrics_ports=_broker_ports(args.metrics_port, args.brokers, taken=flight + kafka),
         log_dir=data_dir,
         secure=args.secure,
         lake_dir=args.lake_dir,
@@ -294,7 +313,8 @@ def run_up(args: argparse.Namespace) -> int:
         if not stop.is_set():
             for b in cluster.brokers.values():
                 print(
-                    f"broker {b.broker_id} listening on 127.0.0.1:{b.port} (data in {b.data_dir}, log {b.log_path})",
+                    f"broker {b.broker_id} listening on 127.0.0.1:{b.port} (data in {b.data_dir}, log {b.log_path}); "
+                    f"metrics at {b.metrics_url()}",
                     flush=True,
                 )
             kafka_files = cluster.security
@@ -346,6 +366,7 @@ def run_up_on_hosts(args: argparse.Namespace) -> int:
             ("--lake-dir", args.lake_dir is not None),
             ("--broker-port", args.broker_port != DEFAULT_BROKER_PORT),
             ("--kafka-port", args.kafka_port != 0),
+            ("--metrics-port", args.metrics_port != 0),  # the hosts' brokers serve no metrics yet
             ("--zookeeper-port", args.zookeeper_port != 2181),
         )
         if given

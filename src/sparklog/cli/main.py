@@ -25,6 +25,7 @@ from sparklog.cli.common import BOOTSTRAP_ENV, DEFAULT_ZOOKEEPER, ZOOKEEPER_ENV,
 from sparklog.cli.consume import add_consume
 from sparklog.cli.fuzz import add_fuzz
 from sparklog.cli.groups import add_groups
+from sparklog.cli.health import add_cluster
 from sparklog.cli.log import add_log
 from sparklog.cli.partitions import add_partitions
 from sparklog.cli.produce import add_produce
@@ -50,6 +51,7 @@ COMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [
     add_up,
     add_zookeeper,
     add_broker,
+    add_cluster,
     add_topics,
     add_produce,
     add_consume,

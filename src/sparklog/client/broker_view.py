@@ -218,6 +218,10 @@ class BrokerView:
         self._fetch([])
         return dict(self._brokers)
 
+    def controller_id(self) -> int:
+        """The active controller's broker id (-1: none right now), as a broker reads it."""
+        return int(self.call(wire.METADATA, {"topics": [], "describe": False, "controller": True})["controller_id"])
+
     def topics(self) -> list[str]:
         return sorted(str(t["name"]) for t in self._fetch(None, describe=False))
 

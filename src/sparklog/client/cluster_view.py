@@ -30,6 +30,10 @@ class ClusterView(Protocol):
         """Every topic (fresh; topics being created or deleted left out)."""
         ...
 
+    def controller_id(self) -> int:
+        """The active controller's broker id (fresh; -1: none right now)."""
+        ...
+
     def topic(self, name: str, refresh: bool = False) -> TopicMetadata:
         """A topic's metadata (cached unless ``refresh``); UnknownTopic if it does not exist."""
         ...

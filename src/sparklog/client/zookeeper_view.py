@@ -136,6 +136,10 @@ class ZooKeeperView:
         self._brokers = self.cluster.brokers()
         return dict(self._brokers)
 
+    def controller_id(self) -> int:
+        """The active controller's broker id (-1: none right now)."""
+        return self.cluster.controller_id()
+
     def topics(self) -> list[str]:
         return self.cluster.topics()
 

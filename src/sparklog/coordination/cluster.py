@@ -67,6 +67,7 @@ class BrokerInfo:
     endpoints: tuple[tuple[str, str, int], ...] = ()
     principal: str | None = None
     kafka_endpoints: tuple[tuple[str, str, int], ...] = ()  # its Kafka-protocol listeners, advertised
+    metrics_url: str | None = None  # where Prometheus scrapes it (None: no metrics endpoint)
 
     def kafka_address(self, protocol: str = "PLAINTEXT") -> tuple[str, int] | None:
         """Where a Kafka client with ``security.protocol`` = ``protocol`` reaches this broker."""
@@ -110,6 +111,7 @@ def broker_info(broker_id: int, raw: Mapping[str, Any]) -> BrokerInfo:
         _addresses(raw.get("endpoints")),
         principal if isinstance(principal, str) else None,
         _addresses(raw.get("kafka_endpoints")),
+        raw["metrics_url"] if isinstance(raw.get("metrics_url"), str) else None,
     )
 
 
@@ -317,9 +319,11 @@ class ClusterMetadata:
         endpoints: Iterable[tuple[str, str, int]] = (),
         principal: str | None = None,
         kafka_endpoints: Iterable[tuple[str, str, int]] = (),
+        metrics_url: str | None = None,
     ) -> None:
         """Announce a live broker (an ephemeral node: it disappears with the broker's session):
-        its Flight listeners and its Kafka-protocol ones (``kafka_endpoints``), as advertised."""
+        its Flight listeners and its Kafka-protocol ones (``kafka_endpoints``), as advertised, and
+        its Prometheus endpoint (``metrics_url``), if it serves one."""
         raw: dict[str, Any] = {"host": host, "port": port}
         listed = {name: f"{h}:{p}" for name, h, p in endpoints}
         if listed:
@@ -329,6 +333,8 @@ class ClusterMetadata:
             raw["kafka_endpoints"] = kafka
         if principal is not None:
             raw["principal"] = principal
+        if metrics_url is not None:
+            raw["metrics_url"] = metrics_url
         data = json.dumps(raw).encode()
         try:
             self.zk.create(self.layout.broker(broker_id), data, ephemeral=True)

@@ -2,7 +2,7 @@
 
 ```
 <root>/brokers/ids/<id>                                  ephemeral: {"host", "port", "endpoints",
-                                                         "kafka_endpoints"?, "principal"?}
+                                                         "kafka_endpoints"?, "principal"?, "metrics_url"?}
 <root>/controller                                        ephemeral: {"broker_id"}
 <root>/cluster/id                                        {"version": "1", "id": <22 characters>}
 <root>/topics/<topic>                                    {"replicas": [[ids]...], "configs"[, "status"]}

@@ -28,8 +28,10 @@ import socket
 import ssl
 import struct
 import threading
+import time
 from collections import Counter
 from collections.abc import Callable, Mapping
+from typing import Protocol
 
 from kafka.protocol.api_header import RequestHeader
 
@@ -60,6 +62,12 @@ class _CloseConnection(Exception):  # noqa: N818 - a signal inside the listener,
     """The request cannot be answered: the connection is closed, as Kafka closes it."""
 
 
+class RequestMeter(Protocol):
+    """Where a listener counts the requests it answers (the broker's metrics), once per request."""
+
+    def request(self, listener: str, name: str, version: str = "", elapsed_s: float | None = None) -> None: ...
+
+
 class KafkaListener:
     """One Kafka-protocol listener serving ``broker``'s partitions, secured as ``security`` says."""
 
@@ -74,8 +82,10 @@ class KafkaListener:
         groups: GroupCoordinator | None = None,
         auto_create_topics: bool = True,
         security: ListenerSecurity = PLAINTEXT,
+        meter: RequestMeter | None = None,
     ) -> None:
-        """``groups``: the broker's classic group coordinator, one for all its Kafka listeners
+        """``meter``: counts and times each request answered, by API name and version (None: none).
+        ``groups``: the broker's classic group coordinator, one for all its Kafka listeners
         (which stop together: the first to stop stops it); by default the listener's own.
         ``auto_create_topics``: Kafka's ``auto.create.topics.enable`` (a Metadata request that
         allows it creates the unknown topics it names, with the default partitions and replicas)."""
@@ -85,6 +95,7 @@ class KafkaListener:
         self.max_request_bytes = max_request_bytes
         self.max_connections_per_ip = max_connections_per_ip
         self.security = security
+        self.meter = meter
         specs = tuple(h.spec for h in self.handlers.values())
         self.state = ListenerState(specs, auto_create_topics=auto_create_topics, protocol=security.protocol)
         if groups is not None:
@@ -224,6 +235,7 @@ class KafkaListener:
         (client quotas); ``_CloseConnection`` if it cannot be answered or the connection may not
         go on."""
         session = session if session is not None else ConnectionSession()
+        began = time.monotonic()
         api_key, version, correlation_id = _REQUEST_START.unpack_from(payload)
         handler = self.handlers.get(api_key)
         if handler is None:
@@ -271,6 +283,8 @@ class KafkaListener:
         except Exception:
             log.exception("%s v%s from %s failed", spec.name, version, peer[0])
             raise _CloseConnection(f"{spec.name} failed on the broker") from None
+        if self.meter is not None:
+            self.meter.request("kafka", spec.name.removesuffix("Request"), str(version), time.monotonic() - began)
         mute_s = self._quota_delay(session.principal, api_key, len(payload))
         if response is None:  # acks=0: no answer, but the quota holds all the same
             return (Answer(b"", "closed after a request with no answer due") if ctx.close_after else None), mute_s

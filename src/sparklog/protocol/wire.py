@@ -50,10 +50,11 @@
 - **Cluster actions** (any broker answers them from its ZooKeeper view, Kafka's Metadata,
   OffsetCommit/OffsetFetch and CreateTopics/DeleteTopics/AlterConfigs/CreatePartitions; clients given
   ``bootstrap.servers`` need nothing else: :mod:`sparklog.broker.cluster_requests`):
-  ``metadata`` ``{"topics": [names] | null (all), "describe"?: true}`` -> ``{"brokers": [{"id",
-  "host", "port"}], "topics": [{"name", "replicas", "configs", "partitions": [{"leader",
-  "leader_epoch", "isr"} | null], "schemas": [{"version", "schema"}]} | {"name", "error",
-  "message"}]}`` (with ``"describe": false`` topics are ``{"name"}`` only);
+  ``metadata`` ``{"topics": [names] | null (all), "describe"?: true, "controller"?: false}`` ->
+  ``{"brokers": [{"id", "host", "port", "metrics_url"?}], "topics": [{"name", "replicas", "configs",
+  "partitions": [{"leader", "leader_epoch", "isr"} | null], "schemas": [{"version", "schema"}]} |
+  {"name", "error", "message"}], "controller_id"?}`` (with ``"describe": false`` topics are
+  ``{"name"}`` only; ``"controller_id"``, -1 for none, only when asked with ``"controller": true``);
   ``offset_commit`` ``{"group", "offsets": {topic: {"<partition>": offset}}}`` -> ``{}`` and
   ``offset_fetch`` ``{"group", "topic"?}`` -> ``{"offsets": {topic: {"<partition>": offset}}}``
   (the znodes ``consumers/<g>/offsets/<t>/<p>``); ``list_groups`` -> ``{"groups"}``;

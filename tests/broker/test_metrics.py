@@ -1,0 +1,225 @@
+"""The brokers' Prometheus endpoints, scraped from real broker processes while records are produced
+and consumed, and while a follower is away (one 3-broker cluster for the module)."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import urllib.request
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from broker_helpers import BrokerProcess, ProcessGroup, registered_brokers
+from sparklog import Admin, Consumer, Producer
+from sparklog.coordination.cluster import ClusterMetadata
+from sparklog.local_cluster import LocalCluster, broker_command
+from waiting import wait_for
+
+if TYPE_CHECKING:
+    from sparklog.coordination.zookeeper_server import EmbeddedZooKeeper
+
+WAIT_S = 120.0  # a hang guard only
+
+
+@pytest.fixture(scope="module")
+def cluster(zookeeper: EmbeddedZooKeeper, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    connect = f"{zookeeper.connect_string}/metrics-{uuid.uuid4().hex[:8]}"
+    with LocalCluster(Path(tmp_path_factory.mktemp("metrics")), brokers=3, zookeeper=connect) as running:
+        yield running
+
+
+def scrape(url: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """Every sample at ``url``: (name, sorted labels) -> value."""
+    with urllib.request.urlopen(url, timeout=30) as response:
+        text = response.read().decode()
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
+
+
+def total(cluster: LocalCluster, name: str, **labels: str) -> float:
+    """``name`` summed over every live broker's samples that have ``labels``."""
+    out = 0.0
+    for broker in cluster.brokers.values():
+        if not broker.alive():
+            continue
+        url = broker.metrics_url()
+        assert url is not None
+        for (sample, got), value in scrape(url).items():
+            if sample == name and set(labels.items()) <= set(got):
+                out += value
+    return out
+
+
+def test_each_broker_registers_its_metrics_url(cluster: LocalCluster) -> None:
+    with ClusterMetadata(cluster.zookeeper) as meta:
+        registered = {i: b.metrics_url for i, b in meta.brokers().items()}
+    assert registered == {i: b.metrics_url() for i, b in cluster.brokers.items()}
+    for url in registered.values():
+        assert url is not None
+        assert ("process_open_fds", ()) in scrape(url)
+        assert scrape(url)[("process_threads", ())] > 1
+
+
+def test_messages_in_and_out_follow_what_is_produced_and_consumed(cluster: LocalCluster) -> None:
+    with Admin(cluster.zookeeper) as admin:
+        admin.create_topic("metered", 3, 3)
+    produced = 0
+    with Producer(cluster.zookeeper, acks="all") as producer:
+        for round_ in range(4):
+            values = [b"r%d-%d" % (round_, i) for i in range(250)]
+            for meta in producer.send_batch("metered", {"value": values}):
+                produced += meta.last_offset - meta.base_offset + 1
+    assert produced == 1000
+    assert total(cluster, "kafka_server_brokertopicmetrics_messagesin_total", topic="metered") == produced
+    assert total(cluster, "kafka_server_brokertopicmetrics_bytesin_total", topic="metered") > 0
+    assert total(cluster, "kafka_network_requestmetrics_requests_total", listener="flight", request="Produce") > 0
+    assert total(cluster, "kafka_log_log_size", topic="metered") > 0
+
+    read = 0
+    with Consumer("metered", zookeeper=cluster.zookeeper, auto_offset_reset="earliest") as consumer:
+        while read < produced:
+            for batch in consumer.poll_batches(timeout=1.0):
+                read += batch.num_rows
+    assert read == produced
+    assert total(cluster, "kafka_server_brokertopicmetrics_messagesout_total", topic="metered") >= produced
+    assert total(cluster, "kafka_server_brokertopicmetrics_bytesout_total", topic="metered") > 0
+    assert total(cluster, "kafka_network_requestmetrics_totaltimems_count", listener="flight", request="Fetch") > 0
+
+
+def test_leader_count_sums_to_the_partition_count(cluster: LocalCluster) -> None:
+    with Admin(cluster.zookeeper) as admin:
+        admin.create_topic("counted", 4, 2)
+    wait_for(
+        lambda: total(cluster, "kafka_server_replicamanager_leadercount") == 3 + 4,  # with "metered"'s 3
+        WAIT_S,
+        "every partition to have a leader",
+    )
+    assert total(cluster, "kafka_server_replicamanager_partitioncount") == 3 * 3 + 4 * 2
+    assert total(cluster, "kafka_controller_kafkacontroller_activecontrollercount") == 1
+    assert total(cluster, "kafka_server_sessionexpirelistener_sessionstate", state="CONNECTED") == 3
+
+
+def test_under_replicated_partitions_while_a_follower_is_away(cluster: LocalCluster) -> None:
+    with Admin(cluster.zookeeper) as admin:
+        admin.create_topic("followed", 2, 3)
+        admin.create_topic("kept", 1, 1)  # a single replica: never under-replicated
+    wait_for(
+        lambda: total(cluster, "kafka_server_replicamanager_underreplicatedpartitions") == 0, WAIT_S, "a healthy start"
+    )
+    shrinks = total(cluster, "kafka_server_replicamanager_isrshrinks_total")
+    expands = total(cluster, "kafka_server_replicamanager_isrexpands_total")
+    away = cluster.brokers[3]
+    away.stop()
+    # every partition with a replica on broker 3 ("metered", "followed": all 3 replicas) is led by
+    # 1 or 2 and loses 3 from its ISR; "counted" has 2 replicas, some on 3
+    wait_for(
+        lambda: total(cluster, "kafka_server_replicamanager_underreplicatedpartitions") >= 3 + 2,
+        WAIT_S,
+        "the partitions followed by broker 3 to be under-replicated",
+    )
+    assert total(cluster, "kafka_server_replicamanager_isrshrinks_total") > shrinks
+    cluster.restart(3)
+    wait_for(
+        lambda: total(cluster, "kafka_server_replicamanager_underreplicatedpartitions") == 0,
+        WAIT_S,
+        "broker 3 to catch up and rejoin every ISR",
+    )
+    assert total(cluster, "kafka_server_replicamanager_isrexpands_total") > expands
+
+
+def test_kafka_protocol_requests_and_records_are_counted(cluster: LocalCluster) -> None:
+    from confluent_kafka import Producer as KafkaProducer
+
+    with Admin(cluster.zookeeper) as admin:
+        admin.create_topic("from-kafka", 1, 3)
+    producer = KafkaProducer({"bootstrap.servers": cluster.kafka_bootstrap_servers, "acks": "all", "log_level": 3})
+    for i in range(100):
+        producer.produce("from-kafka", value=b"k%d" % i)
+    assert producer.flush(60) == 0
+    del producer  # its connections close
+    assert total(cluster, "kafka_server_brokertopicmetrics_messagesin_total", topic="from-kafka") == 100
+    assert total(cluster, "kafka_network_requestmetrics_requests_total", listener="kafka", request="Produce") > 0
+    assert total(cluster, "kafka_network_requestmetrics_requests_total", listener="kafka", request="Metadata") > 0
+    versions = {
+        dict(labels)["version"]
+        for broker in cluster.brokers.values()
+        for (name, labels), _ in scrape(broker.metrics_url() or "").items()
+        if name == "kafka_network_requestmetrics_requests_total" and dict(labels).get("request") == "ApiVersions"
+    }
+    assert versions and all(v.isdigit() for v in versions)
+    assert total(cluster, "kafka_network_requestmetrics_totaltimems_count", listener="kafka", request="Produce") > 0
+
+    from confluent_kafka import Consumer as KafkaConsumer
+
+    consumer = KafkaConsumer(
+        {
+            "bootstrap.servers": cluster.kafka_bootstrap_servers,
+            "group.id": "metered-kafka",
+            "auto.offset.reset": "earliest",
+            "log_level": 3,
+        }
+    )
+    try:
+        consumer.subscribe(["from-kafka"])
+        read = 0
+        while read < 100:
+            message = consumer.poll(1.0)
+            if message is not None and message.error() is None:
+                read += 1
+    finally:
+        consumer.close()
+    assert total(cluster, "kafka_server_brokertopicmetrics_messagesout_total", topic="from-kafka") >= 100
+    assert total(cluster, "kafka_server_brokertopicmetrics_bytesout_total", topic="from-kafka") > 0
+
+
+def test_a_hand_started_broker_serves_metrics_only_when_given_a_port(
+    tmp_path: Path, sparklog_connect: str, child_processes: ProcessGroup
+) -> None:
+    plain = BrokerProcess(1, tmp_path / "broker-1", sparklog_connect, child_processes).start()
+    metered = BrokerProcess(
+        2, tmp_path / "broker-2", sparklog_connect, child_processes, extra_args=("--metrics-port", "0")
+    ).start()
+    registered = registered_brokers(sparklog_connect)
+    assert registered[1].metrics_url is None
+    url = registered[2].metrics_url
+    assert url is not None and url.startswith("http://127.0.0.1:") and url.endswith("/metrics")
+    assert f"broker 2 metrics at {url}" in metered.output()
+    assert "metrics at" not in plain.output()
+    assert ("kafka_server_replicamanager_partitioncount", ()) in scrape(url)
+
+
+def test_sparklog_broker_refuses_a_metrics_port_out_of_range(sparklog_connect: str, tmp_path: Path) -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "sparklog.cli.main", "broker", "--id", "1", "--port", "0", "--metrics-port", "70000"]
+        + ["--data-dir", str(tmp_path / "b"), "--zookeeper", sparklog_connect],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode != 0
+    assert "--metrics-port must be a port from 0 to 65535, got 70000" in result.stderr
+
+
+def test_a_broker_whose_metrics_port_is_taken_exits_saying_so(sparklog_connect: str, tmp_path: Path) -> None:
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        port = taken.getsockname()[1]
+        result = subprocess.run(
+            [*broker_command(1, 0, tmp_path / "b", sparklog_connect), "--metrics-port", str(port)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+    assert result.returncode == 1, result
+    assert f"broker 1: error: cannot serve metrics on 127.0.0.1:{port}" in result.stderr, result.stderr
+    assert "Traceback" not in result.stderr
