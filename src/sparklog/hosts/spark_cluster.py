@@ -292,8 +292,9 @@ class SparkCluster:
 
     def stop(self) -> list[str]:
         """Stop the drivers, the workers (their executors with them) and the master, SIGTERM then
-        SIGKILL; then end anything still running on their hosts (a Python worker daemon that put
-        itself in a process group of its own). Returns what had to be killed."""
+        SIGKILL; then end anything still running on their hosts, drivers' hosts included (a Python
+        worker daemon that put itself in a process group of its own): those hosts are the cluster's
+        alone. Returns what had to be killed."""
         problems: list[str] = []
         for _host, driver in self.drivers:
             running = driver.alive()
@@ -333,7 +334,8 @@ class SparkCluster:
     def state(self) -> dict[str, Any]:
         """The master's status page as JSON (workers, applications), read on the master's host."""
         url = f"http://{self.master_address}:{MASTER_UI_PORT}/json/"
-        with self.net.inside(self.master_host), urllib.request.urlopen(url, timeout=5) as reply:
+        direct = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # no proxy is reachable from a host
+        with self.net.inside(self.master_host), direct.open(url, timeout=5) as reply:
             found: dict[str, Any] = json.load(reply)
         return found
 
