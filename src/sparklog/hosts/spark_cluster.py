@@ -32,7 +32,7 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any
 
@@ -353,7 +353,9 @@ class SparkCluster:
         wanted = set(self.worker_hosts if hosts is None else hosts)
         return self._wait(lambda: self.alive_workers() >= wanted, timeout, f"Spark workers on hosts {sorted(wanted)}")
 
-    def _wait(self, check: Any, timeout: float, what: str) -> float:
+    def _wait(self, check: Callable[[], bool], timeout: float, what: str) -> float:
+        """Seconds until ``check()`` holds (an unreachable or garbled status page counts as not
+        yet); :class:`SparkClusterError` if the master or a worker exits meanwhile, or on timeout."""
         start = time.monotonic()
         while True:
             with contextlib.suppress(OSError, ValueError):
