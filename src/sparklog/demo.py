@@ -12,8 +12,14 @@ It then checks the table against a reference computed without Spark
 the chart, prints a summary (also written to ``summary.json``) and stops everything it started.
 Exit status 0 when every check holds.
 
-``python -m sparklog.demo [--data-dir DIR] [--waves N] [--events-per-wave N]`` (env
-``SPARKLOG_DEMO_DIR`` for the data dir).
+``python -m sparklog.demo [--data-dir DIR] [--waves N] [--events-per-wave N] [--master URL]
+[--zookeeper HOST:PORT]`` (env ``SPARKLOG_DEMO_DIR`` for the data dir). ``--master`` runs the query
+on a Spark cluster (``spark://host:7077``: a standalone one; default ``local[2]``), whose executors
+import this ``sparklog`` (:func:`sparklog.spark_session.local_spark`) and write the Delta table and
+checkpoint in the data dir, so it must be a directory they all see (a shared filesystem).
+``--zookeeper`` uses a running sparklog cluster instead of starting one (executors on other machines
+cannot reach a broker on this one's loopback); it must not have a ``clicks`` topic yet, and keeps
+running afterwards.
 """
 
 from __future__ import annotations
@@ -29,11 +35,13 @@ from typing import Any
 
 import pyarrow.compute as pc
 
+from sparklog.errors import TopicExists
 from sparklog.examples import pipeline
 from sparklog.examples.clickstream import StreamSpec, Wave, expected, make_wave
 
 DATA_DIR_ENV = "SPARKLOG_DEMO_DIR"
 DEFAULT_DATA_DIR = Path("data") / "demo"
+DEFAULT_MASTER = "local[2]"
 
 
 def _parse(argv: list[str] | None) -> argparse.Namespace:
@@ -41,6 +49,15 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--data-dir", type=Path, default=Path(os.environ.get(DATA_DIR_ENV, DEFAULT_DATA_DIR)))
     parser.add_argument("--waves", type=int, default=StreamSpec.waves)
     parser.add_argument("--events-per-wave", type=int, default=StreamSpec.events_per_wave)
+    parser.add_argument(
+        "--master", default=DEFAULT_MASTER, help="Spark master: local[N], or spark://HOST:PORT of a standalone cluster"
+    )
+    parser.add_argument(
+        "--zookeeper",
+        default=None,
+        metavar="HOST:PORT[,...]",
+        help="use this running sparklog cluster (without a 'clicks' topic) instead of starting one",
+    )
     return parser.parse_args(argv)
 
 
@@ -60,8 +77,9 @@ def _iso(ms: int | None) -> str:
     return "none" if ms is None else time.strftime("%H:%M:%S", time.gmtime(ms / 1000))
 
 
-def run(data_dir: Path, spec: StreamSpec) -> dict[str, Any]:
-    """The whole demo; returns the summary (``ok`` says whether every check held)."""
+def run(data_dir: Path, spec: StreamSpec, master: str = DEFAULT_MASTER, zookeeper: str | None = None) -> dict[str, Any]:
+    """The whole demo, on Spark ``master``, against the cluster at ``zookeeper`` (None: one started
+    for the run and stopped after it); returns the summary (``ok`` says whether every check held)."""
     from sparklog.local_cluster import LocalCluster
     from sparklog.spark_session import local_spark
 
@@ -70,18 +88,22 @@ def run(data_dir: Path, spec: StreamSpec) -> dict[str, Any]:
     data_dir.mkdir(parents=True)
     table_path = (data_dir / "delta" / "clicks_per_minute").resolve()
     checkpoint = (data_dir / "checkpoints" / pipeline.GROUP).resolve()
-    cluster = LocalCluster(data_dir / "cluster", brokers=1)
+    cluster = LocalCluster(data_dir / "cluster", brokers=1) if zookeeper is None else None
     spark = None
     try:
-        cluster.start()
-        zk = cluster.zookeeper
-        clock.say(f"ZooKeeper at {zk}, broker 1 at 127.0.0.1:{cluster.brokers[1].port}; data in {data_dir}")
+        if cluster is not None:
+            cluster.start()
+            zk = cluster.zookeeper
+            clock.say(f"ZooKeeper at {zk}, broker 1 at 127.0.0.1:{cluster.brokers[1].port}; data in {data_dir}")
+        else:
+            zk = zookeeper
+            clock.say(f"the sparklog cluster at ZooKeeper {zk}; data in {data_dir}")
         pipeline.create_topic(zk, pipeline.TOPIC, partitions=4)
         clock.say(f"topic {pipeline.TOPIC!r}: 4 partitions, Avro value schema Click(user, page, action, ...)")
-        spark = local_spark("sparklog-demo", master="local[2]")
+        spark = local_spark("sparklog-demo", master=master)
         spark.sparkContext.setLogLevel("ERROR")
         pipeline.create_delta_table(spark, table_path)
-        clock.say(f"Spark {spark.version} (local[2]) with Delta Lake; Delta table {table_path} (version 0, empty)")
+        clock.say(f"Spark {spark.version} ({master}) with Delta Lake; Delta table {table_path} (version 0, empty)")
 
         waves: list[Wave] = []
         runs: list[dict[str, Any]] = []
@@ -149,10 +171,12 @@ def run(data_dir: Path, spec: StreamSpec) -> dict[str, Any]:
     finally:
         if spark is not None:
             spark.stop()
-        problems = cluster.stop()
-        for problem in problems:
-            print(f"warning: {problem}", flush=True)
-        clock.say(f"stopped {'Spark, ' if spark is not None else ''}the broker and ZooKeeper")
+        if cluster is not None:
+            for problem in cluster.stop():
+                print(f"warning: {problem}", flush=True)
+            clock.say(f"stopped {'Spark, ' if spark is not None else ''}the broker and ZooKeeper")
+        elif spark is not None:
+            clock.say("stopped Spark")
 
 
 def _print_summary(s: dict[str, Any]) -> None:
@@ -179,7 +203,11 @@ def _print_summary(s: dict[str, Any]) -> None:
 def main(argv: list[str] | None = None) -> int:
     args = _parse(argv)
     spec = StreamSpec(waves=args.waves, events_per_wave=args.events_per_wave)
-    summary = run(args.data_dir, spec)
+    try:
+        summary = run(args.data_dir, spec, args.master, args.zookeeper)
+    except TopicExists as exc:  # only a cluster of the user's own (--zookeeper) can have it
+        print(f"error: {exc}: the demo needs a cluster without a {pipeline.TOPIC!r} topic", flush=True)
+        return 2
     return 0 if summary["ok"] else 1
 
 

@@ -293,6 +293,14 @@ class WorkloadFailed(SparklogError):
     code = "WORKLOAD_FAILED"
 
 
+class SparkClusterError(SparklogError):
+    """A Spark standalone cluster on hosts (:mod:`sparklog.hosts.spark_cluster`) could not start
+    (no Java, no pip ``pyspark``, a master or worker that exited or never registered), or a driver
+    job run on it failed: the message names the process and the tail of its log."""
+
+    code = "SPARK_CLUSTER_ERROR"
+
+
 class UnknownServerError(SparklogError):
     """The broker failed in a way it did not expect; the details are in the broker's log (never sent
     to clients)."""

@@ -85,12 +85,20 @@ def delta_source() -> str:
 def local_spark(app: str = "sparklog", master: str = "local[2]", delta: bool = True, **conf: Any) -> Any:
     """A local SparkSession (UTC, no UI, no console progress bars, bound to loopback) with the
     ``sparklog`` data source registered; with ``delta`` the Delta Lake extension and catalog. Extra
-    settings as keyword arguments, dots spelled as underscores (``spark_sql_shuffle_partitions=2``)."""
+    settings as keyword arguments, dots spelled as underscores (``spark_sql_shuffle_partitions=2``).
+
+    With a cluster's ``master`` (``spark://host:7077``) the driver binds where ``SPARK_LOCAL_IP``
+    says (Spark's default: the machine's address), and executors run ``PYSPARK_PYTHON`` with this
+    driver's ``sparklog`` first on their ``PYTHONPATH`` (``spark.executorEnv.PYTHONPATH``)."""
     from pyspark.sql import SparkSession
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # workers must import sparklog too
     if master.startswith("local"):
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    elif "spark_executorEnv_PYTHONPATH" not in conf:
+        # a cluster's executors import the sparklog this driver runs (a checkout on a shared
+        # filesystem, say), ahead of any other one their interpreter has installed
+        conf["spark_executorEnv_PYTHONPATH"] = str(Path(__file__).resolve().parent.parent)
 
     def builder() -> Any:
         b = (

@@ -1,6 +1,7 @@
 """``make demo`` (``python -m sparklog.demo``): run twice in a row into the same data dir, each run's Delta
 table read back with the ``deltalake`` package (no Spark) and checked against the events the demo's
-generator produces; and everything the demo starts is stopped, also when it fails."""
+generator produces; and everything the demo starts is stopped, also when it fails. Against a running
+cluster (``--zookeeper``) it refuses one that has a ``clicks`` topic already."""
 
 from __future__ import annotations
 
@@ -107,3 +108,17 @@ def test_demo_stops_what_it_started_when_it_fails(tmp_path: Path, monkeypatch: p
     assert not any(b.alive() for b in cluster.brokers.values())
     ports = [cluster.embedded.port, *(b.port for b in cluster.brokers.values())]
     assert not any(port_is_open("127.0.0.1", port) for port in ports)
+
+
+def test_demo_on_a_running_cluster_refuses_one_with_a_clicks_topic(
+    start_broker: object, sparklog_connect: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from sparklog import Admin, demo
+    from sparklog.examples import pipeline
+
+    start_broker(1)  # type: ignore[operator]
+    with Admin(sparklog_connect) as admin:
+        admin.create_topic(pipeline.TOPIC, 1, 1)
+    args = ["--zookeeper", sparklog_connect, "--data-dir", str(tmp_path / "demo"), "--waves", "1"]
+    assert demo.main(args) == 2  # before any Spark session: the user's topic is left as it was
+    assert f"the demo needs a cluster without a '{pipeline.TOPIC}' topic" in capsys.readouterr().out
