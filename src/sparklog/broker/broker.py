@@ -18,7 +18,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import signal
 import sys
 import threading
 import time
@@ -61,6 +60,7 @@ from sparklog.schemas.registry import SchemaRegistry
 from sparklog.schemas.value_schema import ValueSchema
 from sparklog.security.broker_config import BrokerSecurity, Listener
 from sparklog.security.replica_guard import UNKNOWN
+from sparklog.stop_signal import StopSignal
 
 log = logging.getLogger(__name__)
 
@@ -372,14 +372,12 @@ class Broker:
         log.info("broker %s stopped in %.1f s", self.broker_id, time.monotonic() - began)
         return finished
 
-    def run_until_signalled(self, wake: threading.Event | None = None) -> None:
-        """Serve until SIGTERM or SIGINT (or ``wake`` is set by handlers already installed), then
-        stop cleanly."""
-        if wake is None:
-            wake = threading.Event()
-            for sig in (signal.SIGTERM, signal.SIGINT):
-                signal.signal(sig, lambda *_: wake.set())
-        while not wake.wait(0.5):
+    def run_until_signalled(self, stop: StopSignal | None = None) -> None:
+        """Serve until SIGTERM or SIGINT (``stop``: its handlers, installed already), then stop
+        cleanly."""
+        if stop is None:
+            stop = StopSignal()
+        while not stop.wait(0.5):
             pass
         if not self.stop():
             logging.getLogger(__name__).info("abandoning open client streams; logs are closed")

@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import argparse
 import os
-import signal
 import sys
-import threading
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from sparklog.cli.common import CliError, add_zookeeper_option, check_zookeeper
+from sparklog.stop_signal import StopSignal
 
 if TYPE_CHECKING:
     from sparklog.local_cluster import LocalCluster
@@ -141,7 +140,7 @@ def run_zookeeper(args: argparse.Namespace) -> int:
 
     if args.port < 0:
         raise CliError(f"--port must be >= 0, got {args.port}")
-    stop = _StopSignal()
+    stop = StopSignal()
     server = EmbeddedZooKeeper(args.data_dir, port=args.port or free_port())
     try:
         server.start()
@@ -188,27 +187,6 @@ def run_broker(args: argparse.Namespace) -> int:
 
 
 # ----------------------------------------------------------------- sparklog up
-class _StopSignal:
-    """SIGINT/SIGTERM set a flag instead of interrupting (the caller stops things in order)."""
-
-    def __init__(self) -> None:
-        self._event = threading.Event()
-        self._previous = {sig: signal.signal(sig, self._handle) for sig in (signal.SIGINT, signal.SIGTERM)}
-
-    def _handle(self, _signum: int, _frame: object) -> None:
-        self._event.set()
-
-    def is_set(self) -> bool:
-        return self._event.is_set()
-
-    def wait(self, timeout: float) -> bool:
-        return self._event.wait(timeout)
-
-    def restore(self) -> None:
-        for sig, handler in self._previous.items():
-            signal.signal(sig, handler)
-
-
 def _broker_ports(base: int, count: int, taken: list[int] | None = None) -> list[int]:
     """``base``, ``base+1``, ... where free and not ``taken`` (0: any free ports)."""
     from sparklog.coordination.ports import free_port, port_is_open
@@ -237,7 +215,7 @@ def run_up(args: argparse.Namespace) -> int:
     data_dir.mkdir(parents=True, exist_ok=True)
     if args.zookeeper_given:
         check_zookeeper(args.zookeeper)
-    stop = _StopSignal()
+    stop = StopSignal()
     cluster = LocalCluster(
         data_dir,
         brokers=args.brokers,
@@ -312,7 +290,7 @@ def run_up(args: argparse.Namespace) -> int:
     return 0
 
 
-def _watch(cluster: LocalCluster, stop: _StopSignal) -> str | None:
+def _watch(cluster: LocalCluster, stop: StopSignal) -> str | None:
     """Until a stop signal (None) or a process of the cluster exits on its own: then what exited
     (the cluster is stopped: half a cluster would only look alive)."""
     while not stop.wait(0.5):
