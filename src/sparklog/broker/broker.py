@@ -22,6 +22,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from kazoo.protocol.states import KazooState
 from kazoo.recipe.watchers import ChildrenWatch
@@ -31,8 +32,6 @@ from sparklog.broker.call_limits import DEFAULT_MAX_CALLS_PER_IP
 from sparklog.broker.cluster_requests import ClusterRequests
 from sparklog.broker.controller import Controller
 from sparklog.broker.group_members import GroupMembers
-from sparklog.broker.kafka_gateway import KafkaGateway
-from sparklog.broker.kafka_listeners import open_kafka_listeners
 from sparklog.broker.lake.delta_table import DeltaTableWriter
 from sparklog.broker.lake.lake_reader import LakeReader
 from sparklog.broker.lake.source import PartitionSource, TieringSource
@@ -55,12 +54,14 @@ from sparklog.coordination.lake_offsets import LakeOffsets
 from sparklog.coordination.ports import port_is_open
 from sparklog.dir_lock import DirLock
 from sparklog.errors import BrokerIdInUse, InvalidRequest
-from sparklog.kafka.server import KafkaListener
 from sparklog.schemas.registry import SchemaRegistry
 from sparklog.schemas.value_schema import ValueSchema
 from sparklog.security.broker_config import BrokerSecurity, Listener
 from sparklog.security.replica_guard import UNKNOWN
 from sparklog.stop_signal import StopSignal
+
+if TYPE_CHECKING:
+    from sparklog.kafka.server import KafkaListener
 
 log = logging.getLogger(__name__)
 
@@ -247,6 +248,11 @@ class Broker:
         """Bind the Kafka-protocol listeners (``kafka.listeners``), serving from here on."""
         if not self.security.kafka_listeners:
             return
+        # here, not at the top: a broker without a Kafka listener never imports kafka-python, whose
+        # import (message classes built from Kafka's JSON schemas) is a third of a broker's start-up
+        from sparklog.broker.kafka_gateway import KafkaGateway
+        from sparklog.broker.kafka_listeners import open_kafka_listeners
+
         gateway = KafkaGateway(
             self.broker_id,
             self.replicas.leader_partition,
