@@ -224,8 +224,10 @@ class Broker:
         ports = {listener.protocol: listener.port for listener, _ in bound}
         self.endpoints = [Listener(a.protocol, a.host, a.port or ports[a.protocol]) for a in self.security.advertised]
         self._open_kafka_listeners(cluster, states, access)
-        self._register()  # before taking any role: a second broker with this id stops here
+        # the live brokers before registering (the watch's first read is synchronous), this broker
+        # with them as it registers: clients find it registered only once its metadata lists it
         ChildrenWatch(cluster.zk, cluster.layout.broker_ids, self._on_brokers)
+        self._register()  # before taking any role: a second broker with this id stops here
         self.topic_watcher.start()
         MaintenanceLoop(
             self._stopped,
@@ -273,12 +275,19 @@ class Broker:
     def _register(self) -> None:
         """Register in ZooKeeper. After a crash the previous session's node lingers until that
         session expires, so wait for it (a little longer than a session timeout); but a node whose
-        broker still listens is another live broker with this id: refused at once."""
+        broker still listens is another live broker with this id: refused at once.
+
+        The registration goes into ``live_brokers`` at once, not when the watch on the brokers
+        reads it back: a client that finds this broker registered asks it for metadata at once,
+        and an answer without the brokers (read a few ZooKeeper round trips later) left
+        librdkafka's admin client waiting for a controller it could not find until its next
+        metadata refresh, minutes away (a CreateTopics right after LocalCluster.start() timed
+        out in 6 of 100 runs)."""
         deadline = time.monotonic() + 2 * self.session_timeout_s + 10
         first = self.endpoints[0]
         while True:
             try:
-                self.cluster.register_broker(
+                info = self.cluster.register_broker(
                     self.broker_id,
                     first.host,
                     first.port,
@@ -286,6 +295,7 @@ class Broker:
                     self.security.broker_principal,
                     [(e.protocol, e.host, e.port) for e in self.kafka_endpoints],
                 )
+                self.live_brokers = {**self.live_brokers, self.broker_id: info}
                 return
             except InvalidRequest:
                 holder = self.cluster.brokers().get(self.broker_id)

@@ -317,9 +317,10 @@ class ClusterMetadata:
         endpoints: Iterable[tuple[str, str, int]] = (),
         principal: str | None = None,
         kafka_endpoints: Iterable[tuple[str, str, int]] = (),
-    ) -> None:
+    ) -> BrokerInfo:
         """Announce a live broker (an ephemeral node: it disappears with the broker's session):
-        its Flight listeners and its Kafka-protocol ones (``kafka_endpoints``), as advertised."""
+        its Flight listeners and its Kafka-protocol ones (``kafka_endpoints``), as advertised.
+        Returns the registration, as :meth:`brokers` reads it."""
         raw: dict[str, Any] = {"host": host, "port": port}
         listed = {name: f"{h}:{p}" for name, h, p in endpoints}
         if listed:
@@ -334,6 +335,7 @@ class ClusterMetadata:
             self.zk.create(self.layout.broker(broker_id), data, ephemeral=True)
         except NodeExistsError:
             raise InvalidRequest(f"broker id {broker_id} is already registered by a live broker") from None
+        return broker_info(broker_id, json.loads(data))
 
     def cluster_id(self) -> str:
         """The cluster's id (as Kafka's, 22 characters of URL-safe base64 of a random UUID), made
