@@ -11,9 +11,17 @@ CODEC  := src/sparklog/kafka/_records.so
 # Apache Kafka's jars (its Java tools: tests of the Kafka listener; the benchmarks' peer) and Spark's Kafka connector
 KAFKA_JARS := .deps/.kafka-fetched
 
-.PHONY: install test test-fast demo bench bench-kafka lint clean
+.PHONY: install bytecode test test-fast demo bench bench-kafka lint clean
 
 install: $(STAMP) $(CODEC) $(KAFKA_JARS)
+
+# Bytecode for sparklog's own modules (the editable install has none; pip compiled the packages it
+# installed). Every process the tests and the demo start (brokers, the CLI, Spark's Python workers,
+# notebook kernels) imports sparklog, and where PYTHONDONTWRITEBYTECODE is set no import writes it,
+# so each of them would compile the same sources again: ~0.5 s of CPU per broker start. compileall
+# rewrites only what changed; Python checks each file's stamp, so a stale one is never used.
+bytecode: install
+	$(BIN)/python -m compileall -q src tests
 
 $(KAFKA_JARS): benchmarks/fetch_kafka.sh benchmarks/kafka-pom.xml benchmarks/spark-kafka-pom.xml benchmarks/maven-settings.xml
 	bash benchmarks/fetch_kafka.sh all
@@ -31,24 +39,25 @@ $(STAMP): setup.cfg pyproject.toml scripts/install_zookeeper.sh scripts/zookeepe
 	bash scripts/install_nftables.sh
 	@touch $(STAMP)
 
-test: install
+test: install bytecode
 	$(BIN)/python -m pytest
 
-test-fast: install
+test-fast: install bytecode
 	$(BIN)/python -m pytest -m "not slow"
 
 lint: install
 	$(BIN)/ruff check src tests
 
-bench: install
+bench: install bytecode
 	$(BIN)/sparklog bench append --json
 
 bench-kafka: install
 	bash benchmarks/fetch_kafka.sh
 	$(BIN)/python -m sparklog.bench.against_kafka suite --repeat 3
 
-demo: install
+demo: install bytecode
 	$(BIN)/python -m sparklog.demo
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis build dist src/*.egg-info data $(CODEC)
+	find src tests -name __pycache__ -type d -prune -exec rm -rf {} +

@@ -299,15 +299,12 @@ def test_kafka_python_admin_client(cluster: LocalCluster, sparklog_admin: Admin)
 
 
 # ------------------------------------------------------------------------------------ Kafka's Java tools
-TOOL_JVM_OPTS = ["-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-Djava.awt.headless=true"]
-
-
 def kafka_tool(main_class: str, bootstrap: str, *args: str) -> str:
     """Run one of Kafka's command-line tools (its main class: what ``kafka-topics.sh`` and
     ``kafka-configs.sh`` run); its output, after checking it succeeded."""
-    from sparklog.bench.kafka_peer import java_command
+    from sparklog.bench.kafka_peer import COMMAND_JVM_OPTS, java_command
 
-    command = java_command(main_class, ["--bootstrap-server", bootstrap, *args], TOOL_JVM_OPTS)
+    command = java_command(main_class, ["--bootstrap-server", bootstrap, *args], COMMAND_JVM_OPTS)
     done = subprocess.run(command, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, f"{main_class} {' '.join(args)} failed:\n{done.stdout}\n{done.stderr[-3000:]}"
     return done.stdout

@@ -49,7 +49,7 @@ from kafka.protocol.metadata import FindCoordinatorRequest, FindCoordinatorRespo
 from kafka import KafkaAdminClient, KafkaConsumer
 from kafka import TopicPartition as KafkaPythonPartition
 from sparklog import Admin
-from sparklog.bench.kafka_peer import kafka_classpath, run_java
+from sparklog.bench.kafka_peer import COMMAND_JVM_OPTS, kafka_classpath, run_java
 from sparklog.errors import KafkaNotInstalled, UnknownGroup
 from sparklog.kafka import error_codes as ec
 from sparklog.local_cluster import LocalCluster
@@ -249,6 +249,11 @@ def test_kafka_python_consumer_group_reads_commits_and_is_described(cluster: Loc
 
 
 # ----------------------------------------------------------------------------------------- Kafka's Java client
+def java_tool(main_class: str, args: list[str]) -> str:
+    """One of Kafka's command-line tools, run to completion; its stdout."""
+    return run_java(main_class, args, timeout=120, jvm_opts=COMMAND_JVM_OPTS)
+
+
 def test_kafka_java_console_consumer_and_group_tool(cluster: LocalCluster, admin: Admin) -> None:
     """Kafka 4's own tools (the Java client, classic protocol): a console consumer in a group
     reads and commits; ``kafka-consumer-groups`` lists, describes and deletes the group."""
@@ -259,21 +264,20 @@ def test_kafka_java_console_consumer_and_group_tool(cluster: LocalCluster, admin
     topic, group = new_topic(admin), f"java-{uuid.uuid4().hex[:6]}"
     produce(cluster, topic, 100)
     boot = ["--bootstrap-server", cluster.kafka_bootstrap_servers]
-    consumed = run_java(
+    consumed = java_tool(
         "org.apache.kafka.tools.consumer.ConsoleConsumer",
         [*boot, "--topic", topic, "--group", group, "--from-beginning", "--max-messages", "100"],
-        timeout=120,
     )
     assert sorted(consumed.split()) == sorted(f"v{n}" for n in range(100))
     assert {r["lag"] for r in admin.describe_group(group)} == {0}  # committed on close
     tool = "org.apache.kafka.tools.consumer.group.ConsumerGroupCommand"
-    assert group in run_java(tool, [*boot, "--list"], timeout=120).split()
-    rows = [line.split() for line in run_java(tool, [*boot, "--describe", "--group", group], timeout=120).splitlines()]
+    assert group in java_tool(tool, [*boot, "--list"]).split()
+    rows = [line.split() for line in java_tool(tool, [*boot, "--describe", "--group", group]).splitlines()]
     described = {(r[1], int(r[2])): (int(r[3]), int(r[4])) for r in rows if len(r) > 4 and r[0] == group}
     assert described == {
         (r["topic"], r["partition"]): (r["committed_offset"], r["log_end_offset"]) for r in admin.describe_group(group)
     }
-    run_java(tool, [*boot, "--delete", "--group", group], timeout=120)
+    java_tool(tool, [*boot, "--delete", "--group", group])
     assert group not in admin.list_groups()
 
 

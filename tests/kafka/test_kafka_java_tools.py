@@ -14,7 +14,7 @@ from confluent_kafka import Consumer as KafkaConsumer
 from confluent_kafka import TopicPartition
 
 from sparklog import Admin
-from sparklog.bench.kafka_peer import java_command
+from sparklog.bench.kafka_peer import COMMAND_JVM_OPTS, java_command
 from sparklog.local_cluster import LocalCluster
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
@@ -35,7 +35,11 @@ def admin(cluster: LocalCluster) -> Iterator[Admin]:
 def tool(main_class: str, *args: str, stdin: str | None = None, timeout: float = 180.0) -> str:
     """Run one of Kafka's tools to completion; its stdout."""
     done = subprocess.run(
-        java_command(main_class, list(args)), input=stdin, capture_output=True, text=True, timeout=timeout
+        java_command(main_class, list(args), COMMAND_JVM_OPTS),
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
     )
     assert done.returncode == 0, f"{main_class} exited {done.returncode}:\n{done.stderr[-3000:]}\n{done.stdout[-2000:]}"
     return done.stdout

@@ -25,7 +25,7 @@ from confluent_kafka import Consumer as KafkaConsumer
 from confluent_kafka import Producer as KafkaProducer
 
 from sparklog import Admin
-from sparklog.bench.kafka_peer import TOOL_JVM_OPTS, java_command
+from sparklog.bench.kafka_peer import COMMAND_JVM_OPTS, java_command
 from sparklog.local_cluster import LocalCluster
 from sparklog.security.acls import AclBinding, ResourcePattern
 from sparklog.security.client_config import load_properties
@@ -41,8 +41,6 @@ CONFIG_COMMAND = "kafka.admin.ConfigCommand"
 CLI = [sys.executable, "-m", "sparklog.cli.main"]
 # settings in the environment that would point sparklog's CLI elsewhere than its arguments
 SPARKLOG_ENV = ("SPARKLOG_ZOOKEEPER", "SPARKLOG_ZOOKEEPER_DIGEST", "SPARKLOG_BOOTSTRAP_SERVERS")
-# a tool's JVM lives seconds: compiling with C1 only starts it about a third faster
-JVM_OPTS = [*TOOL_JVM_OPTS, "-XX:TieredStopAtLevel=1"]
 
 
 @pytest.fixture(scope="module")
@@ -69,7 +67,11 @@ def run_tool(
 ) -> subprocess.CompletedProcess[str]:
     """One of Kafka's tools, run to completion (killed at ``timeout``)."""
     return subprocess.run(
-        java_command(main_class, list(args), JVM_OPTS), input=stdin, capture_output=True, text=True, timeout=timeout
+        java_command(main_class, list(args), COMMAND_JVM_OPTS),
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
     )
 
 

@@ -56,6 +56,10 @@ BROKER_JVM_OPTS = [
     "-Djava.awt.headless=true",
 ]
 TOOL_JVM_OPTS = ["-Xmx512m", "-XX:+UseG1GC", "-Djava.awt.headless=true"]
+# Kafka's command-line tools (kafka-topics, kafka-configs, kafka-consumer-groups, the console and
+# Verifiable* clients) as the tests run them: a JVM that lives seconds on a little data, so C1 only
+# and the serial GC (measured: ~40 % less CPU per run than TOOL_JVM_OPTS, which the perf tools keep).
+COMMAND_JVM_OPTS = ["-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-Djava.awt.headless=true"]
 
 # ProducerPerformance settings for the columnar comparison: batches as large as sparklog's
 # (10k records of 100 bytes ~ 1 MB), a short linger, enough buffer memory. Kafka's defaults

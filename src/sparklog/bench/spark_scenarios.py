@@ -60,7 +60,7 @@ def bench_spark(cores: int, delta: bool = False) -> tuple[Any, bool]:
         session = existing
     elif delta:  # local_spark's keyword settings spell dots as underscores
         conf = {key.replace(".", "_"): value for key, value in settings.items()}
-        session = local_spark("sparklog-bench", f"local[{cores}]", **conf)
+        session = local_spark("sparklog-bench", f"local[{cores}]", quick_start=False, **conf)  # C2: throughput
     else:
         builder = SparkSession.builder.master(f"local[{cores}]").appName("sparklog-bench")
         for key, value in settings.items():

@@ -9,7 +9,6 @@ import logging
 import os
 import signal
 import sys
-import threading
 
 from sparklog.broker.broker import Broker
 from sparklog.broker.call_limits import DEFAULT_MAX_CALLS_PER_IP
@@ -18,6 +17,7 @@ from sparklog.errors import BrokerIdInUse, DirectoryInUse, PortInUse
 from sparklog.file_modes import owner_only_files_if
 from sparklog.security.broker_config import BrokerSecurity
 from sparklog.security.client_config import load_properties
+from sparklog.stop_signal import StopSignal
 
 
 def main(
@@ -43,9 +43,7 @@ def main(
         security = BrokerSecurity.from_properties(load_properties(config_file), host, port)
     # log.dirs.owner.only: before the broker writes anything (umask 077 reaches every thread's files)
     owner_only_files_if(security is not None and security.owner_only, data_dir)
-    stop_early = threading.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):  # a signal during start-up still stops cleanly
-        signal.signal(sig, lambda *_: stop_early.set())
+    stop = StopSignal()  # before start-up: a signal during it still stops cleanly
     broker = Broker(
         broker_id,
         data_dir,
@@ -73,7 +71,7 @@ def main(
         print(f"broker {broker_id} Kafka listeners: {listed}", flush=True)
     if broker.metrics_url is not None:
         print(f"broker {broker_id} metrics at {broker.metrics_url}", flush=True)
-    broker.run_until_signalled(stop_early)
+    broker.run_until_signalled(stop)
     return 0
 
 

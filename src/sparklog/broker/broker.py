@@ -18,11 +18,11 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import signal
 import sys
 import threading
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from kazoo.protocol.states import KazooState
 from kazoo.recipe.watchers import ChildrenWatch
@@ -32,8 +32,6 @@ from sparklog.broker.call_limits import DEFAULT_MAX_CALLS_PER_IP
 from sparklog.broker.cluster_requests import ClusterRequests
 from sparklog.broker.controller import Controller
 from sparklog.broker.group_members import GroupMembers
-from sparklog.broker.kafka_gateway import KafkaGateway
-from sparklog.broker.kafka_listeners import open_kafka_listeners
 from sparklog.broker.lake.delta_table import DeltaTableWriter
 from sparklog.broker.lake.lake_reader import LakeReader
 from sparklog.broker.lake.source import PartitionSource, TieringSource
@@ -57,11 +55,14 @@ from sparklog.coordination.lake_offsets import LakeOffsets
 from sparklog.coordination.ports import port_is_open
 from sparklog.dir_lock import DirLock
 from sparklog.errors import BrokerIdInUse, InvalidRequest
-from sparklog.kafka.server import KafkaListener
 from sparklog.schemas.registry import SchemaRegistry
 from sparklog.schemas.value_schema import ValueSchema
 from sparklog.security.broker_config import BrokerSecurity, Listener
 from sparklog.security.replica_guard import UNKNOWN
+from sparklog.stop_signal import StopSignal
+
+if TYPE_CHECKING:
+    from sparklog.kafka.server import KafkaListener
 
 log = logging.getLogger(__name__)
 
@@ -249,8 +250,10 @@ class Broker:
         self._open_kafka_listeners(cluster, states, access)
         if self.metrics_port is not None:
             self.metrics.serve(self.host, self.metrics_port)
-        self._register()  # before taking any role: a second broker with this id stops here
+        # the live brokers before registering (the watch's first read is synchronous), this broker
+        # with them as it registers: clients find it registered only once its metadata lists it
         ChildrenWatch(cluster.zk, cluster.layout.broker_ids, self._on_brokers)
+        self._register()  # before taking any role: a second broker with this id stops here
         self.topic_watcher.start()
         MaintenanceLoop(
             self._stopped,
@@ -273,6 +276,11 @@ class Broker:
         """Bind the Kafka-protocol listeners (``kafka.listeners``), serving from here on."""
         if not self.security.kafka_listeners:
             return
+        # here, not at the top: a broker without a Kafka listener never imports kafka-python, whose
+        # import (message classes built from Kafka's JSON schemas) is a third of a broker's start-up
+        from sparklog.broker.kafka_gateway import KafkaGateway
+        from sparklog.broker.kafka_listeners import open_kafka_listeners
+
         gateway = KafkaGateway(
             self.broker_id,
             self.replicas.leader_partition,
@@ -294,12 +302,19 @@ class Broker:
     def _register(self) -> None:
         """Register in ZooKeeper. After a crash the previous session's node lingers until that
         session expires, so wait for it (a little longer than a session timeout); but a node whose
-        broker still listens is another live broker with this id: refused at once."""
+        broker still listens is another live broker with this id: refused at once.
+
+        The registration goes into ``live_brokers`` at once, not when the watch on the brokers
+        reads it back: a client that finds this broker registered asks it for metadata at once,
+        and an answer without the brokers (read a few ZooKeeper round trips later) left
+        librdkafka's admin client waiting for a controller it could not find until its next
+        metadata refresh, minutes away (a CreateTopics right after LocalCluster.start() timed
+        out in 6 of 100 runs)."""
         deadline = time.monotonic() + 2 * self.session_timeout_s + 10
         first = self.endpoints[0]
         while True:
             try:
-                self.cluster.register_broker(
+                info = self.cluster.register_broker(
                     self.broker_id,
                     first.host,
                     first.port,
@@ -308,6 +323,7 @@ class Broker:
                     [(e.protocol, e.host, e.port) for e in self.kafka_endpoints],
                     self.metrics_url,
                 )
+                self.live_brokers = {**self.live_brokers, self.broker_id: info}
                 return
             except InvalidRequest:
                 holder = self.cluster.brokers().get(self.broker_id)
@@ -401,14 +417,12 @@ class Broker:
         log.info("broker %s stopped in %.1f s", self.broker_id, time.monotonic() - began)
         return finished
 
-    def run_until_signalled(self, wake: threading.Event | None = None) -> None:
-        """Serve until SIGTERM or SIGINT (or ``wake`` is set by handlers already installed), then
-        stop cleanly."""
-        if wake is None:
-            wake = threading.Event()
-            for sig in (signal.SIGTERM, signal.SIGINT):
-                signal.signal(sig, lambda *_: wake.set())
-        while not wake.wait(0.5):
+    def run_until_signalled(self, stop: StopSignal | None = None) -> None:
+        """Serve until SIGTERM or SIGINT (``stop``: its handlers, installed already), then stop
+        cleanly."""
+        if stop is None:
+            stop = StopSignal()
+        while not stop.wait(0.5):
             pass
         if not self.stop():
             logging.getLogger(__name__).info("abandoning open client streams; logs are closed")

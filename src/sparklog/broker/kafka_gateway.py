@@ -11,6 +11,7 @@ values."""
 
 from __future__ import annotations
 
+import logging
 import shutil
 import threading
 import time
@@ -66,6 +67,8 @@ from sparklog.security.acl_store import AclStore
 from sparklog.security.acls import AclBinding, AclFilter
 from sparklog.security.credential_store import CredentialStore
 from sparklog.security.quotas import QuotaStore
+
+log = logging.getLogger(__name__)
 
 CONTROLLER_CACHE_S = 1.0  # how long a read of the controller znode answers Metadata requests
 VIEW_POLL_S = 0.02  # how often an administered topic is looked for in this broker's view
@@ -216,13 +219,27 @@ class KafkaGateway:
 
     # ----------------------------------------------------------------- cluster
     def cluster(self, topics: Sequence[str] | None, listener: str) -> ClusterInfo:
-        brokers = self.kafka_brokers(listener)
+        controller = self._controller_id()
+        live = self._live_brokers()
+        if controller >= 0 and controller not in live:
+            # The view of live brokers (a watch) lags a registration: the controller registered
+            # before it took the controller znode. A Kafka admin client told of a controller that
+            # is not among the brokers waits for its next metadata refresh, minutes away
+            # (librdkafka): read the brokers now.
+            try:
+                live = self._cluster.brokers()
+            except Exception:  # ZooKeeper away: what the watch saw
+                log.debug("could not read the live brokers", exc_info=True)
         names = list(self._cluster.topics()) if topics is None else list(topics)
-        return ClusterInfo(self._id(), self._controller_id(), brokers, [self._topic(name) for name in names])
+        return ClusterInfo(self._id(), controller, self._endpoints(live, listener), [self._topic(n) for n in names])
 
     def kafka_brokers(self, listener: str) -> Sequence[BrokerEndpoint]:
+        return self._endpoints(self._live_brokers(), listener)
+
+    @staticmethod
+    def _endpoints(live: Mapping[int, BrokerInfo], listener: str) -> Sequence[BrokerEndpoint]:
         brokers = []
-        for info in sorted(self._live_brokers().values(), key=lambda b: b.broker_id):
+        for info in sorted(live.values(), key=lambda b: b.broker_id):
             address = info.kafka_address(listener)
             if address is not None:  # a broker without a Kafka listener cannot serve Kafka clients
                 brokers.append(BrokerEndpoint(info.broker_id, address[0], address[1]))

@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import argparse
 import os
-import signal
 import sys
-import threading
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from sparklog.cli.common import CliError, add_zookeeper_option, check_zookeeper
+from sparklog.stop_signal import StopSignal
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -174,7 +173,7 @@ def run_zookeeper(args: argparse.Namespace) -> int:
 
     if args.port < 0:
         raise CliError(f"--port must be >= 0, got {args.port}")
-    stop = _StopSignal()
+    stop = StopSignal()
     server = EmbeddedZooKeeper(args.data_dir, port=args.port or free_port())
     try:
         server.start()
@@ -227,27 +226,6 @@ def run_broker(args: argparse.Namespace) -> int:
 
 
 # ----------------------------------------------------------------- sparklog up
-class _StopSignal:
-    """SIGINT/SIGTERM set a flag instead of interrupting (the caller stops things in order)."""
-
-    def __init__(self) -> None:
-        self._event = threading.Event()
-        self._previous = {sig: signal.signal(sig, self._handle) for sig in (signal.SIGINT, signal.SIGTERM)}
-
-    def _handle(self, _signum: int, _frame: object) -> None:
-        self._event.set()
-
-    def is_set(self) -> bool:
-        return self._event.is_set()
-
-    def wait(self, timeout: float) -> bool:
-        return self._event.wait(timeout)
-
-    def restore(self) -> None:
-        for sig, handler in self._previous.items():
-            signal.signal(sig, handler)
-
-
 def _broker_ports(base: int, count: int, taken: list[int] | None = None) -> list[int]:
     """``base``, ``base+1``, ... where free and not ``taken`` (0: any free ports)."""
     from sparklog.coordination.ports import free_port, port_is_open
@@ -278,7 +256,7 @@ def run_up(args: argparse.Namespace) -> int:
     data_dir.mkdir(parents=True, exist_ok=True)
     if args.zookeeper_given:
         check_zookeeper(args.zookeeper)
-    stop = _StopSignal()
+    stop = StopSignal()
     cluster = LocalCluster(
         data_dir,
         brokers=args.brokers,
@@ -379,7 +357,7 @@ def run_up_on_hosts(args: argparse.Namespace) -> int:
     reason = namespaces_available()
     if reason is not None:
         raise CliError(f"--hosts makes network namespaces, and cannot here: {reason}")
-    stop = _StopSignal()
+    stop = StopSignal()
     cluster = HostCluster(Path(args.data_dir), brokers=args.brokers)
     problems: list[str] = []
     try:
@@ -416,7 +394,7 @@ def run_up_on_hosts(args: argparse.Namespace) -> int:
     return 0
 
 
-def _watch(zookeepers: Iterable[EmbeddedZooKeeper], brokers: Iterable[BrokerProcess], stop: _StopSignal) -> list[str]:
+def _watch(zookeepers: Iterable[EmbeddedZooKeeper], brokers: Iterable[BrokerProcess], stop: StopSignal) -> list[str]:
     """Until a stop signal (nothing to say), or one of these processes exits on its own: then what
     exited, said on stderr too (the caller stops the cluster: half a cluster would only look alive)."""
     zookeepers, brokers = list(zookeepers), list(brokers)

@@ -320,10 +320,11 @@ class ClusterMetadata:
         principal: str | None = None,
         kafka_endpoints: Iterable[tuple[str, str, int]] = (),
         metrics_url: str | None = None,
-    ) -> None:
+    ) -> BrokerInfo:
         """Announce a live broker (an ephemeral node: it disappears with the broker's session):
         its Flight listeners and its Kafka-protocol ones (``kafka_endpoints``), as advertised, and
-        its Prometheus endpoint (``metrics_url``), if it serves one."""
+        its Prometheus endpoint (``metrics_url``), if it serves one. Returns the registration, as
+        :meth:`brokers` reads it."""
         raw: dict[str, Any] = {"host": host, "port": port}
         listed = {name: f"{h}:{p}" for name, h, p in endpoints}
         if listed:
@@ -340,6 +341,7 @@ class ClusterMetadata:
             self.zk.create(self.layout.broker(broker_id), data, ephemeral=True)
         except NodeExistsError:
             raise InvalidRequest(f"broker id {broker_id} is already registered by a live broker") from None
+        return broker_info(broker_id, json.loads(data))
 
     def cluster_id(self) -> str:
         """The cluster's id (as Kafka's, 22 characters of URL-safe base64 of a random UUID), made
