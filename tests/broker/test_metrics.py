@@ -179,6 +179,83 @@ def test_kafka_protocol_requests_and_records_are_counted(cluster: LocalCluster) 
         consumer.close()
     assert total(cluster, "kafka_server_brokertopicmetrics_messagesout_total", topic="from-kafka") >= 100
     assert total(cluster, "kafka_server_brokertopicmetrics_bytesout_total", topic="from-kafka") > 0
+    # its group's offsets (committed as it closed) are in the controller's group lag
+    wait_for(
+        lambda: lag_of(cluster, "metered-kafka", "from-kafka") == {"0": 0, "sum": 0},
+        WAIT_S,
+        "the Kafka client's group in the lag",
+    )
+
+
+def group_lag(cluster: LocalCluster) -> dict[int, dict[tuple[str, str, tuple[tuple[str, str], ...]], float]]:
+    """Per live broker, its consumer-group samples: (name, group, labels) -> value."""
+    out: dict[int, dict[tuple[str, str, tuple[tuple[str, str], ...]], float]] = {}
+    for broker_id, broker in cluster.brokers.items():
+        if broker.alive():
+            samples = scrape(broker.metrics_url() or "")
+            out[broker_id] = {
+                (name, dict(labels).get("consumergroup", ""), labels): value
+                for (name, labels), value in samples.items()
+                if name.startswith("kafka_consumergroup_")
+            }
+    return out
+
+
+def lag_of(cluster: LocalCluster, group: str, topic: str) -> dict[str, float] | None:
+    """The group's lag per partition of ``topic`` and its sum, as the only broker exporting group
+    lag (the controller) says; None while no single broker exports it."""
+    exporting = {b: samples for b, samples in group_lag(cluster).items() if samples}
+    if len(exporting) != 1:
+        return None
+    (samples,) = exporting.values()
+    out: dict[str, float] = {}
+    for (name, got, labels), value in samples.items():
+        fields = dict(labels)
+        if got != group or fields["topic"] != topic:
+            continue
+        if name == "kafka_consumergroup_lag":
+            out[fields["partition"]] = value
+        elif name == "kafka_consumergroup_lag_sum":
+            out["sum"] = value
+    return out
+
+
+def test_the_controller_exports_each_groups_lag_through_a_controller_kill(cluster: LocalCluster) -> None:
+    with Admin(cluster.zookeeper) as admin:
+        admin.create_topic("lagged", 3, 3)
+    with Producer(cluster.zookeeper, acks="all") as producer:
+        for p in range(3):
+            producer.send_batch("lagged", {"value": [b"v%d" % i for i in range(100)]}, partition=p)
+    with Consumer("lagged", zookeeper=cluster.zookeeper, group="lagging", partitions=[0, 1, 2]) as consumer:
+        consumer.commit({("lagged", 0): 100, ("lagged", 1): 40, ("lagged", 2): 0})
+    behind = {"0": 0.0, "1": 60.0, "2": 100.0, "sum": 160.0}
+    wait_for(lambda: lag_of(cluster, "lagging", "lagged") == behind, WAIT_S, "the controller to export the lag")
+    exporting = [b for b, samples in group_lag(cluster).items() if samples]
+    controllers = [
+        b
+        for b, broker in cluster.brokers.items()
+        if scrape(broker.metrics_url() or "")[("kafka_controller_kafkacontroller_activecontrollercount", ())] == 1
+    ]
+    assert exporting == controllers
+    (controller,) = controllers
+    samples = group_lag(cluster)[controller]
+    offsets = {
+        dict(labels)["partition"]: value
+        for (name, group, labels), value in samples.items()
+        if name == "kafka_consumergroup_current_offset" and group == "lagging"
+    }
+    assert offsets == {"0": 100, "1": 40, "2": 0}
+
+    # the controller killed: another broker takes over, and the lag with it
+    cluster.brokers[controller].kill()
+    wait_for(lambda: lag_of(cluster, "lagging", "lagged") == behind, WAIT_S, "a new controller to export the lag")
+    assert not group_lag(cluster).get(controller)
+    cluster.restart(controller)
+
+    # the group catches up: its lag falls to 0
+    with Consumer("lagged", zookeeper=cluster.zookeeper, group="lagging", partitions=[0, 1, 2]) as consumer:
+        consumer.commit({("lagged", p): 100 for p in range(3)})
+    wait_for(lambda: lag_of(cluster, "lagging", "lagged") == {"0": 0, "1": 0, "2": 0, "sum": 0}, WAIT_S, "a lag of 0")
 
 
 def test_a_hand_started_broker_serves_metrics_only_when_given_a_port(

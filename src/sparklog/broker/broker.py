@@ -31,6 +31,7 @@ from sparklog.broker.access_control import AccessControl
 from sparklog.broker.call_limits import DEFAULT_MAX_CALLS_PER_IP
 from sparklog.broker.cluster_requests import ClusterRequests
 from sparklog.broker.controller import Controller
+from sparklog.broker.group_lag import GroupLagCollector
 from sparklog.broker.group_members import GroupMembers
 from sparklog.broker.lake.delta_table import DeltaTableWriter
 from sparklog.broker.lake.lake_reader import LakeReader
@@ -124,6 +125,8 @@ class Broker:
         self.peers = PeerClients(
             broker_id, self.security.inter_broker, lambda: self.live_brokers, self._read_live_brokers
         )  # Flight clients to the other brokers
+        # the consumer groups' lag, scraped from whichever broker is the controller
+        self.metrics.registry.register(GroupLagCollector(self.cluster, self._high_watermarks, self._is_controller))
         self.replicas = ReplicaManager(
             broker_id,
             self.cluster,
@@ -175,6 +178,17 @@ class Broker:
     def zookeeper_state(self) -> str:
         """Its ZooKeeper connection's state: CONNECTED, SUSPENDED or LOST."""
         return str(self.cluster.zk.state) if self._started else "LOST"
+
+    def _is_controller(self) -> bool:
+        return self.controller_state()[0]
+
+    def _high_watermarks(self, leader: int, partitions: list[TopicPartition]) -> dict[TopicPartition, int]:
+        """High watermarks for the group lag: of partitions led here read here, others' asked of
+        their leader (those it does not lead any more left out)."""
+        if leader != self.broker_id:
+            return self.peers.high_watermarks(leader, partitions)
+        held = [self.replicas.partitions.get(tp) for tp in partitions]
+        return {tp: p.high_watermark for tp, p in zip(partitions, held, strict=True) if p is not None and p.is_leader}
 
     # ----------------------------------------------------------------- what the Flight service reads
     @property

@@ -64,6 +64,13 @@ class PeerClients:
             raise wire.from_flight_error(exc, "peer broker") from None
         return json.loads(results[0].body.to_pybytes())
 
+    def high_watermarks(self, leader_id: int, partitions: list[tuple[str, int]]) -> dict[tuple[str, int], int]:
+        """The high watermarks of ``partitions`` broker ``leader_id`` leads, in one ``list_offsets``
+        action; a partition it did not answer for (it no longer leads it, ...) is left out."""
+        body = {"partitions": [{"topic": topic, "partition": p} for topic, p in partitions]}
+        answers = self.call_action(self.client(leader_id), wire.LIST_OFFSETS, body)["results"]
+        return {tp: int(a["high_watermark"]) for tp, a in zip(partitions, answers, strict=True) if "error" not in a}
+
     def leader_endpoint(self, leader_id: int) -> FlightLeaderEndPoint:
         """What a replica fetcher following ``leader_id`` calls."""
         return FlightLeaderEndPoint(leader_id, self.broker_id, lambda: self.client(leader_id), self.call_action)
