@@ -18,6 +18,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from broker_helpers import BrokerProcess, ProcessGroup, registered_brokers
 from sparklog import Admin, Consumer, Producer
 from sparklog.coordination.cluster import ClusterMetadata
+from sparklog.errors import RecordTooLarge
 from sparklog.local_cluster import LocalCluster, broker_command
 from waiting import wait_for
 
@@ -300,3 +301,62 @@ def test_a_broker_whose_metrics_port_is_taken_exits_saying_so(sparklog_connect: 
     assert result.returncode == 1, result
     assert f"broker 1: error: cannot serve metrics on 127.0.0.1:{port}" in result.stderr, result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_a_producer_and_a_consumer_count_what_they_sent_and_read(cluster: LocalCluster) -> None:
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    with Admin(cluster.zookeeper) as admin:
+        admin.create_topic("client-counted", 1, 3)
+    registry = CollectorRegistry()
+    with Producer(cluster.zookeeper, acks="all", metrics_registry=registry, client_id="counting") as producer:
+        for i in range(100):
+            producer.send("client-counted", b"one-%d" % i)
+        producer.flush()
+        for round_ in range(9):
+            producer.send_batch("client-counted", {"value": [b"b%d-%d" % (round_, i) for i in range(100)]})
+        figures = producer.metrics()
+        exposed = generate_latest(registry).decode()
+    assert figures["record-send-total"] == 1000
+    assert figures["record-error-total"] == 0
+    assert 10 <= figures["request-total"] <= 1000  # the 9 tables went in at most 9 requests
+    assert figures["batch-total"] >= 10
+    assert figures["outgoing-byte-total"] > 1000 * 4
+    assert 0 < figures["batch-size-avg"] <= figures["batch-size-max"]
+    assert 0 < figures["request-latency-avg"] <= figures["request-latency-max"]
+    assert 'kafka_producer_producer_metrics_record_send_total{client_id="counting"} 1000.0' in exposed
+    assert "kafka_producer_producer_metrics_request_latency_avg" in exposed
+    assert "client_id" not in generate_latest(registry).decode()  # gone with the producer
+
+    with Admin(cluster.zookeeper) as admin:
+        admin.create_topic("client-refused", 1, 1, configs={"max.message.bytes": 1000})
+    with Producer(cluster.zookeeper) as producer:
+        with pytest.raises(RecordTooLarge):
+            producer.send_batch("client-refused", {"value": [b"x" * 2000] * 7})
+        assert producer.metrics()["record-error-total"] == 7
+        assert producer.metrics()["record-send-total"] == 0
+
+    # max_bytes=1: one stored batch read ahead at a time, so the first poll leaves records behind
+    with Consumer(
+        "client-counted",
+        zookeeper=cluster.zookeeper,
+        auto_offset_reset="earliest",
+        max_bytes=1,
+        metrics_registry=registry,
+    ) as consumer:
+        first = sum(b.num_rows for b in consumer.poll_batches(timeout=10.0))
+        assert 0 < first < 1000
+        assert consumer.metrics()["records-lag-max"] == 1000 - first
+        read = first
+        while read < 1000:
+            read += sum(b.num_rows for b in consumer.poll_batches(timeout=1.0))
+        figures = consumer.metrics()
+        exposed = generate_latest(registry).decode()
+    assert read == 1000
+    assert figures["records-consumed-total"] == 1000
+    assert figures["records-lag-max"] == 0
+    assert figures["bytes-consumed-total"] > 1000 * 4
+    assert figures["fetch-total"] >= 2
+    assert figures["poll-total"] >= 2
+    consumed = "kafka_consumer_consumer_fetch_manager_metrics_records_consumed_total"
+    assert f'{consumed}{{client_id="{consumer.client_id}"}} 1000.0' in exposed

@@ -20,7 +20,7 @@ import queue
 import time
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 import pyarrow as pa
@@ -29,6 +29,7 @@ from kazoo.exceptions import KazooException
 from kazoo.recipe.partitioner import SetPartitioner
 
 from sparklog.client.broker_view import BrokerView
+from sparklog.client.client_metrics import CONSUMER_PREFIX, ConsumerMetrics, default_client_id, register
 from sparklog.client.cluster_address import resolve
 from sparklog.client.cluster_client import DEFAULT_ZOOKEEPER, ClusterClient, fetch_connection
 from sparklog.client.fetch_session import FetchSession, Results
@@ -38,6 +39,9 @@ from sparklog.protocol import fetch_columns
 from sparklog.protocol.multi_fetch import MultiFetchRequest
 from sparklog.schemas.codec import encode_avro
 from sparklog.schemas.projection import parse_fields
+
+if TYPE_CHECKING:
+    from prometheus_client import CollectorRegistry
 
 log = logging.getLogger(__name__)
 
@@ -111,9 +115,13 @@ class Consumer:
         *,
         bootstrap_servers: str | None = None,
         config: Mapping[str, Any] | None = None,
+        client_id: str | None = None,
+        metrics_registry: CollectorRegistry | None = None,
     ) -> None:
         """``config``: client settings with librdkafka's names (security: ``security.protocol``,
-        ``ssl.*``, ``sasl.*``; see :mod:`sparklog.security.client_config`)."""
+        ``ssl.*``, ``sasl.*``; see :mod:`sparklog.security.client_config`). ``metrics_registry``:
+        a ``prometheus_client`` registry to collect :meth:`metrics` in too (labelled ``client_id``,
+        default ``consumer-N``), until ``close()``."""
         if auto_offset_reset not in RESETS:
             raise InvalidRequest(f"auto_offset_reset must be one of {', '.join(RESETS)}, got {auto_offset_reset!r}")
         self.topics = [topics] if isinstance(topics, str) else list(topics)
@@ -133,6 +141,10 @@ class Consumer:
         self._client = ClusterClient.connect(
             address, session_timeout_s=session_timeout_s, retry_timeout_s=retry_timeout_s
         )
+        self.client_id = client_id or default_client_id("consumer")
+        self._metrics = ConsumerMetrics()
+        self._registry = metrics_registry
+        self._collector = register(metrics_registry, CONSUMER_PREFIX, self.client_id, self._metrics)
         self._positions: dict[TopicPartition, int] = {}
         self._assigned: list[TopicPartition] = []
         self._partition_columns = _PartitionColumns()
@@ -259,6 +271,7 @@ class Consumer:
         them; a partition whose leader cannot say where that is now waits for it (it is asked
         again as the partition is routed) while the others are read."""
         self._assigned = sorted(partitions)
+        self._metrics.forget(set(self._assigned))
         committed = self._client.view.committed_offsets(self.group) if self.group else {}
         reset, unreachable = self._reset_positions([tp for tp in self._assigned if tp not in committed])
         now = time.monotonic()
@@ -406,6 +419,7 @@ class Consumer:
         lost lease) is dropped: the next owner reads it from the committed offsets.
         """
         deadline = time.monotonic() + timeout
+        self._metrics.polls += 1
         self._follow_group(max(timeout, ASSIGNMENT_WAIT_S))
         part = self._partitioner
         out = self._poll_batches(max(deadline - time.monotonic(), 0.0))
@@ -474,7 +488,9 @@ class Consumer:
                 if self.value_format == "avro":
                     batch = self._as_avro(tp[0], batch)
                 out.append(batch)
-                self._positions[tp] = batch.column(OFFSET)[-1].as_py() + 1
+                self._positions[tp] = end = batch.column(OFFSET)[-1].as_py() + 1
+                hw = delivery.high_watermark
+                self._metrics.consumed(tp, batch.num_rows, batch.nbytes, None if hw is None else hw - end)
 
     def wakeup(self) -> None:
         """Make a waiting ``poll_batches`` (or the next one) return at once with what it has
@@ -626,7 +642,16 @@ class Consumer:
     def committed(self) -> dict[TopicPartition, int]:
         return self._client.view.committed_offsets(self.group) if self.group else {}
 
+    def metrics(self) -> dict[str, float]:
+        """This consumer's figures so far, by Kafka's consumer metric names: records and bytes
+        handed out, batches, polls, and ``records-lag-max``: the most records any of its partitions
+        had still to read (its leader's high watermark minus the position) when last read."""
+        return self._metrics.snapshot()
+
     def close(self) -> None:
+        if self._registry is not None and self._collector is not None:
+            self._registry.unregister(self._collector)
+            self._registry = None
         self._assigned = []
         if self._partitioner is not None:
             self._partitioner.finish()

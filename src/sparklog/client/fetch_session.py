@@ -42,12 +42,14 @@ class ColumnsInFront(Protocol):
 class Delivery(NamedTuple):
     """Where a queued item comes from: the session, the partition and the partition's generation
     (the consumer's count of its seeks and assignments) when it was read; ``error`` when the
-    partition left the session (the item's batch is then None)."""
+    partition left the session (the item's batch is then None); ``high_watermark``: the
+    partition's, as the leader said with the batch."""
 
     session: FetchSession
     tp: TopicPartition
     generation: int
     error: BaseException | None = None
+    high_watermark: int | None = None
 
 
 Results = queue.SimpleQueue[tuple[Delivery, "pa.RecordBatch | None"]]
@@ -197,7 +199,8 @@ class FetchSession:
                         continue
                     self._entries[p] = (batch.column(offsets)[-1].as_py() + 1, entry[1])
                     self._unread += size
-                    self._results.put((Delivery(self, tp, entry[1]), batch))
+                    hw = told.get("hw")
+                    self._results.put((Delivery(self, tp, entry[1], None, hw if isinstance(hw, int) else None), batch))
                 delivered = True
         except flight.FlightCancelledError:
             with self._lock:

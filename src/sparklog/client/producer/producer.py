@@ -16,11 +16,12 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from time import time_ns
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
 
+from sparklog.client.client_metrics import PRODUCER_PREFIX, ProducerMetrics, default_client_id, register
 from sparklog.client.cluster_address import resolve
 from sparklog.client.cluster_client import DEFAULT_ZOOKEEPER, ClusterClient
 from sparklog.client.producer.broker_stream import BrokerProduceStream
@@ -35,6 +36,9 @@ from sparklog.partitioner_names import partitioner_name
 from sparklog.records import HEADER_TYPE, wire_batch_of_rows
 from sparklog.schemas.codec import decode_avro
 from sparklog.schemas.value_schema import ValueSchema
+
+if TYPE_CHECKING:
+    from prometheus_client import CollectorRegistry
 
 ACKS = ("0", "1", "all")
 PARTITIONER_SETTING = "partitioner"  # librdkafka's name; the one producer setting ``config`` takes beyond the client's
@@ -65,6 +69,10 @@ class Producer:
     :mod:`sparklog.client.partitioner`). ``partitioner`` (or ``config={"partitioner": ...}``,
     librdkafka's setting: ``murmur2_random``, ``murmur2``, ``fnv1a``, ``fnv1a_random``) overrides it
     for every topic this producer writes.
+
+    ``metrics()`` gives its figures by Kafka's names; with ``metrics_registry`` (a
+    ``prometheus_client`` registry) they are collected there too, labelled ``client_id``
+    (default ``producer-N``), until ``close()``.
     """
 
     def __init__(
@@ -81,6 +89,8 @@ class Producer:
         bootstrap_servers: str | None = None,
         config: Mapping[str, Any] | None = None,
         partitioner: str | None = None,
+        client_id: str | None = None,
+        metrics_registry: CollectorRegistry | None = None,
     ) -> None:
         settings = dict(config or {})
         configured = settings.pop(PARTITIONER_SETTING, None)
@@ -108,9 +118,21 @@ class Producer:
         def open_stream(broker: BrokerInfo, value_type: pa.DataType, answers: Any) -> BrokerProduceStream:
             return BrokerProduceStream(client.flight(broker), broker, value_type, acks, answers)
 
+        self.client_id = client_id or default_client_id("producer")
+        self._metrics = ProducerMetrics()
         self._sender = Sender(
-            client, open_stream, acks, request_timeout_s, delivery_timeout_s, retries, batch_records, batch_bytes
+            client,
+            open_stream,
+            acks,
+            request_timeout_s,
+            delivery_timeout_s,
+            retries,
+            batch_records,
+            batch_bytes,
+            metrics=self._metrics,
         )
+        self._registry = metrics_registry
+        self._collector = register(metrics_registry, PRODUCER_PREFIX, self.client_id, self._metrics)
         self._in_flight: set[GroupOutcome] = set()  # groups taken by the linger thread, not yet acknowledged
         self._batches_in_flight: dict[concurrent.futures.Future[list[BatchMetadata]], None] = {}  # send_batch_async
         self._pending: dict[str, TopicRecords] = {}  # each topic's group still filling
@@ -454,6 +476,12 @@ class Producer:
         for outcome in waiting:
             outcome.done.wait(timeout)
 
+    def metrics(self) -> dict[str, float]:
+        """This producer's figures so far, by Kafka's producer metric names: records sent
+        (acknowledged), failed and retried, requests, bytes and batches sent, batch sizes (bytes) and
+        request latency (ms, from a request's sending to its acknowledgement)."""
+        return self._metrics.snapshot()
+
     def close(self) -> None:
         if self._closed:
             return
@@ -464,6 +492,8 @@ class Producer:
         self._linger.join()
         self._sender.close()
         self._client.close()
+        if self._registry is not None and self._collector is not None:
+            self._registry.unregister(self._collector)
 
     def __enter__(self) -> Producer:
         return self

@@ -33,6 +33,7 @@ from typing import Protocol
 
 import pyarrow as pa
 
+from sparklog.client.client_metrics import ProducerMetrics
 from sparklog.client.producer.broker_stream import Outcome, ProduceRequest
 from sparklog.client.producer.partition_queue import PartitionQueue
 from sparklog.client.producer.produce_batch import ProduceBatch
@@ -96,6 +97,7 @@ class Sender:
         batch_bytes: int,
         max_request_bytes: int = MAX_REQUEST_BYTES,
         max_in_flight: int = MAX_IN_FLIGHT,
+        metrics: ProducerMetrics | None = None,
     ) -> None:
         self.leaders = leaders
         self.open_stream = open_stream
@@ -107,6 +109,7 @@ class Sender:
         self.batch_bytes = batch_bytes
         self.max_request_bytes = max_request_bytes
         self.max_in_flight = max(1, max_in_flight)
+        self.metrics = metrics if metrics is not None else ProducerMetrics()  # updated on this thread only
         self._queues: dict[TopicPartition, PartitionQueue] = {}
         self._ready: dict[TopicPartition, None] = {}  # batches waiting and not in flight (ordered set)
         self._lock = threading.Lock()  # the queues and the ready set (enqueue runs on callers' threads)
@@ -176,10 +179,13 @@ class Sender:
 
     def _settle(self) -> None:
         settled, self._settled = self._settled, []
+        metrics = self.metrics
         for batch, outcome in settled:
             if isinstance(outcome, BaseException):
+                metrics.records_failed += batch.batch.num_rows
                 batch.failed(outcome)
             else:
+                metrics.records_sent += batch.batch.num_rows
                 batch.acknowledged(outcome)
 
     def _idle(self) -> bool:
@@ -235,6 +241,7 @@ class Sender:
                     break
                 left = min(b.deadline for b in batches) - now
                 request = ProduceRequest(stream, batches, now + max(0.0, min(self.request_timeout_s, left)))
+                self.metrics.request_sent([b.nbytes for b in batches])
                 self._in_flight[request] = None
                 stream.in_flight += 1
                 stream.submit(request)
@@ -341,6 +348,7 @@ class Sender:
             for batch in request.batches:
                 by_partition.setdefault((batch.topic, batch.partition), []).append((batch, error))
         else:
+            self.metrics.request_answered(time.monotonic() - request.sent_at)
             for batch, result in zip(request.batches, outcome, strict=True):
                 answer: BaseException | int
                 if "b" in result:
@@ -367,6 +375,7 @@ class Sender:
             q.batches.extendleft(reversed(rest))
             retry = answer.retriable if isinstance(answer, SparklogError) else False
             if retry and (self.retries is None or batch.attempts <= self.retries):
+                self.metrics.records_retried += sum(b.batch.num_rows for b in rest)
                 q.retry_later(now, answer, refresh_leader=isinstance(answer, NotLeader | BrokerNotAvailable))
             elif retry:  # out of retries: as if its delivery timeout had passed
                 q.retry_later(now, answer, refresh_leader=False)
