@@ -23,6 +23,7 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.request
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -30,6 +31,7 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.flight as flight
+from prometheus_client.parser import text_string_to_metric_families
 
 from sparklog.client.partitioner import partitions_for_keys
 from sparklog.coordination.cluster import ClusterMetadata
@@ -444,3 +446,14 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+def scrape_metrics(url: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """Every sample at ``url``: (name, sorted labels) -> value."""
+    with urllib.request.urlopen(url, timeout=30) as response:
+        text = response.read().decode()
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }

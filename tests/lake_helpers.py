@@ -85,8 +85,14 @@ def zk_lake_offset(connect: str, topic: str, p: int) -> int | None:
         return LakeOffsets(meta.zk, meta.layout).get(topic, p)
 
 
-def lake_broker(connect: str, base: Path, group: ProcessGroup, lake: Path, broker_id: int = 1) -> BrokerProcess:
-    return BrokerProcess(broker_id, base / f"broker-{broker_id}", connect, group, extra_args=("--lake-dir", str(lake)))
+def lake_broker(
+    connect: str, base: Path, group: ProcessGroup, lake: Path, broker_id: int = 1, metrics: bool = False
+) -> BrokerProcess:
+    """A broker tiering into ``lake``; with ``metrics`` serving them on a free port."""
+    served = ("--metrics-port", "0") if metrics else ()
+    return BrokerProcess(
+        broker_id, base / f"broker-{broker_id}", connect, group, extra_args=("--lake-dir", str(lake), *served)
+    )
 
 
 def lake_cluster(connect: str, base: Path, group: ProcessGroup, brokers: int = 2) -> tuple[Cluster, Path]:

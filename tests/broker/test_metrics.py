@@ -6,16 +6,15 @@ from __future__ import annotations
 import socket
 import subprocess
 import sys
-import urllib.request
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 from broker_helpers import BrokerProcess, ProcessGroup, registered_brokers
+from broker_helpers import scrape_metrics as scrape
 from sparklog import Admin, Consumer, Producer
 from sparklog.coordination.cluster import ClusterMetadata
 from sparklog.errors import RecordTooLarge
@@ -33,17 +32,6 @@ def cluster(zookeeper: EmbeddedZooKeeper, tmp_path_factory: pytest.TempPathFacto
     connect = f"{zookeeper.connect_string}/metrics-{uuid.uuid4().hex[:8]}"
     with LocalCluster(Path(tmp_path_factory.mktemp("metrics")), brokers=3, zookeeper=connect) as running:
         yield running
-
-
-def scrape(url: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
-    """Every sample at ``url``: (name, sorted labels) -> value."""
-    with urllib.request.urlopen(url, timeout=30) as response:
-        text = response.read().decode()
-    return {
-        (s.name, tuple(sorted(s.labels.items()))): s.value
-        for family in text_string_to_metric_families(text)
-        for s in family.samples
-    }
 
 
 def total(cluster: LocalCluster, name: str, **labels: str) -> float:

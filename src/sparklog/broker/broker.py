@@ -37,6 +37,7 @@ from sparklog.broker.lake.delta_table import DeltaTableWriter
 from sparklog.broker.lake.lake_reader import LakeReader
 from sparklog.broker.lake.source import PartitionSource, TieringSource
 from sparklog.broker.lake.tierer import LakeTiering, Tierer
+from sparklog.broker.lake.tiering_lag import TieringLagCollector
 from sparklog.broker.lake.union_read import UnionRead
 from sparklog.broker.listeners import open_listeners
 from sparklog.broker.log_manager import DEFAULT_PRODUCER_ID_EXPIRATION_MS, LogManager
@@ -281,6 +282,7 @@ class Broker:
         if self.lake_dir is not None:
             tierer = Tierer(DeltaTableWriter(self.lake_dir), LakeOffsets(cluster.zk, cluster.layout))
             self.tiering = LakeTiering(tierer, self._lake_sources).start()
+            self.metrics.registry.register(TieringLagCollector(tierer.lag))
         log.info("broker %s serving on %s:%s", self.broker_id, self.host, self.port)
         return self
 

@@ -17,6 +17,7 @@ from sparklog.broker.lake.delta_table import DeltaTableWriter
 from sparklog.broker.lake.rows import lake_rows
 from sparklog.broker.lake.source import READ_ALL
 from sparklog.broker.lake.tierer import FOREIGN_TABLE_RETRY_S, Tierer
+from sparklog.broker.lake.tiering_lag import MAX_MARKS, TieringLag
 from sparklog.broker.log import PartitionLog
 from sparklog.config import TopicConfig
 from sparklog.coordination.cluster import ClusterMetadata
@@ -144,6 +145,9 @@ class LogSource:
 
     def tierable_end(self) -> int:
         return min(self.log.segments[-1].base_offset, self.hw)
+
+    def high_watermark(self) -> int:
+        return self.hw
 
     def segment_end(self, offset: int) -> int:
         return next(s.next_offset for s in self.log.segments if s.base_offset <= offset < s.next_offset)
@@ -453,3 +457,53 @@ def test_lake_offsets_are_stored_and_deleted_with_their_topic_in_chunks(
         assert not meta.zk.exists(meta.layout.topic(TOPIC))
         with pytest.raises(NoNodeError):
             offsets.set(TOPIC, 0, 30)  # never recreated under a deleted topic
+
+
+# ------------------------------------------------------------------------------------------ tiering lag
+def test_tiering_lag_counts_records_and_the_wait_of_the_oldest_untiered_one() -> None:
+    now = [100.0]
+    lag = TieringLag(clock=lambda: now[0])
+    tp = ("t", 0)
+    lag.observe(tp, high_watermark=10, tiered=10)
+    assert lag.behind() == {tp: (0, 0.0)}  # caught up: nothing waits
+    now[0] = 101.0
+    lag.observe(tp, high_watermark=25, tiered=10)  # offsets 10..24 first seen at 101
+    now[0] = 102.0
+    lag.observe(tp, high_watermark=40, tiered=10)  # 25..39 at 102
+    now[0] = 105.0
+    assert lag.behind() == {tp: (30, 4.0)}  # offset 10 has waited since 101
+    lag.observe(tp, high_watermark=40, tiered=25)
+    assert lag.behind() == {tp: (15, 3.0)}  # offset 25 since 102
+    lag.observe(tp, high_watermark=40, tiered=40)
+    assert lag.behind() == {tp: (0, 0.0)}
+    lag.keep_only([])  # no longer led here
+    assert lag.behind() == {}
+
+
+def test_tiering_lag_keeps_its_marks_bounded_and_the_oldest_one() -> None:
+    now = [0.0]
+    lag = TieringLag(clock=lambda: now[0])
+    tp = ("t", 0)
+    for i in range(1, 5 * MAX_MARKS):
+        now[0] = float(i)
+        lag.observe(tp, high_watermark=i, tiered=0)
+    assert len(lag._marks[tp]) <= MAX_MARKS + 1
+    assert lag.behind()[tp] == (5 * MAX_MARKS - 1, 5 * MAX_MARKS - 2)  # offset 0 seen first at 1.0
+    assert lag._marks[tp][-1][0] == 5 * MAX_MARKS - 1  # the newest mark kept too
+
+
+def test_the_tierer_reports_lag_of_the_partitions_it_leads(tmp_path: Path) -> None:
+    log = filled_log(tmp_path / "log")
+    source = LogSource(log)
+    tierer = Tierer(DeltaTableWriter(str(tmp_path / "lake")), FakeOffsets())
+    source.hw = log.log_end_offset
+    while tierer.run_once([source]):
+        pass
+    closed = log.segments[-1].base_offset  # tiered; the active segment's records wait for its roll
+    assert 0 < closed < log.log_end_offset
+    ((records, seconds),) = tierer.lag.behind().values()
+    assert records == log.log_end_offset - closed
+    assert seconds >= 0
+    source.epoch = None  # a follower now: not its lag to report
+    tierer.run_once([source])
+    assert tierer.lag.behind() == {}

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from broker_helpers import ProcessGroup
+from broker_helpers import ProcessGroup, registered_brokers, scrape_metrics
 from lake_helpers import (
     LAKE_TOPIC,
     PER_BATCH,
@@ -38,12 +38,23 @@ from sparklog.errors import InvalidConfig
 from waiting import wait_for
 
 
+def tiering_lag(url: str) -> dict[tuple[str, str], tuple[float, float]]:
+    """The broker's tiering lag per (topic, partition): (records, seconds)."""
+    samples = scrape_metrics(url)
+    out: dict[tuple[str, str], tuple[float, float]] = {}
+    for (name, labels), records in samples.items():
+        if name == "sparklog_lake_tiering_lag_records":
+            tp = (dict(labels)["topic"], dict(labels)["partition"])
+            out[tp] = (records, samples[("sparklog_lake_tiering_lag_seconds", labels)])
+    return out
+
+
 # ------------------------------------------------------------------------------------------ exact rows
 def test_tiering_writes_exact_rows_offsets_and_describe_shows_lag(
     sparklog_connect: str, child_processes: ProcessGroup, tmp_path: Path
 ) -> None:
     lake = tmp_path / "lake"
-    broker = lake_broker(sparklog_connect, tmp_path, child_processes, lake).start()
+    broker = lake_broker(sparklog_connect, tmp_path, child_processes, lake, metrics=True).start()
     with Admin(sparklog_connect) as admin:
         with pytest.raises(InvalidConfig, match="compacted topic cannot be tiered"):
             admin.create_topic("compacted", 1, 1, {"lake.enabled": "true", "cleanup.policy": "compact"})
@@ -78,6 +89,22 @@ def test_tiering_writes_exact_rows_offsets_and_describe_shows_lag(
     header, *rows = cli.stdout.splitlines()[1:]
     assert header.split()[-3:] == ["LOCAL-START", "LAKE-OFFSET", "LAKE-LAG"]
     assert [row.split()[-3:] for row in rows] == [["0", "30", "10"], ["0", "40", "10"]]
+    # the broker's metrics: the active segments' records are behind, and have waited; nothing of
+    # "quiet" is behind; "plain" is not tiered
+    url = registered_brokers(sparklog_connect)[1].metrics_url
+    assert url is not None
+
+    def settled() -> dict[tuple[str, str], tuple[float, float]] | None:
+        lag = tiering_lag(url)
+        return lag if lag.get(("quiet", "0")) == (0, 0.0) else None
+
+    behind = wait_for(settled, TIERING_TIMEOUT_S, "the tiering lag")
+    assert {tp: records for tp, (records, _) in behind.items()} == {
+        ("lake", "0"): 10,
+        ("lake", "1"): 10,
+        ("quiet", "0"): 0,
+    }
+    assert all(seconds > 0 for tp, (_, seconds) in behind.items() if tp[0] == "lake")
     with Admin(sparklog_connect) as admin:  # deleting the topic removes its lake offsets, not its table
         admin.delete_topic("lake")
         assert "lake" not in admin.list_topics()

@@ -35,6 +35,10 @@ class TieringSource(Protocol):
         """The end of what may be tiered: the closed (rolled) segments, below the high watermark."""
         ...
 
+    def high_watermark(self) -> int:
+        """The end of the committed records (what the table is behind of)."""
+        ...
+
     def segment_end(self, offset: int) -> int:
         """The end (next offset) of the segment holding ``offset``."""
         ...
@@ -88,6 +92,9 @@ class PartitionSource:
 
     def log_start(self) -> int:
         return self._partition.log.log_start_offset
+
+    def high_watermark(self) -> int:
+        return self._partition.high_watermark
 
     def tierable_end(self) -> int:
         return min(self._partition.log.segments[-1].base_offset, self._partition.high_watermark)

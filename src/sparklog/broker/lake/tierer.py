@@ -47,6 +47,7 @@ import pyarrow as pa
 from sparklog.broker.lake.compaction import DEFAULT_TARGET_FILE_BYTES
 from sparklog.broker.lake.rows import lake_rows
 from sparklog.broker.lake.source import TieringSource
+from sparklog.broker.lake.tiering_lag import TieringLag
 from sparklog.errors import LakeConflict, LakeUnavailable, OffsetOutOfRange, SparklogError
 from sparklog.lake.layout import check_value_columns
 from sparklog.schemas.value_schema import ValueSchema
@@ -143,6 +144,7 @@ class Tierer:
         self._owners: dict[str, int] = {}  # topic -> its id, checked against its table's
         self._foreign: dict[str, float] = {}  # topic -> when to look again at its table holding another topic
         self._vacuum_at: dict[str, float] = {}  # topic -> when partition 0's leader here vacuums its table next
+        self.lag = TieringLag(clock)  # how far each led partition's table is behind (metrics)
 
     def run_once(self, sources: Iterable[TieringSource]) -> int:
         """One pass: at most one commit per led partition; returns how many commits were made."""
@@ -159,6 +161,9 @@ class Tierer:
                 else:
                     if self._tier(source, epoch):
                         commits += 1
+                    led = self._led.get(key)
+                    if led is not None:
+                        self.lag.observe(key, source.high_watermark(), led.next_offset)
                     self._maybe_vacuum(source)
             except LakeConflict as exc:
                 log.warning("%s; reading the table again", exc)
@@ -172,6 +177,7 @@ class Tierer:
                 self._evolved.pop(source.topic, None)
         for key in set(self._led) - seen:
             del self._led[key]
+        self.lag.keep_only(self._led)
         topics = {topic for topic, _ in seen}
         for topic in set(self._owners) - topics:
             del self._owners[topic]
