@@ -67,10 +67,17 @@ def test_messages_in_and_out_follow_what_is_produced_and_consumed(cluster: Local
             values = [b"r%d-%d" % (round_, i) for i in range(250)]
             for meta in producer.send_batch("metered", {"value": values}):
                 produced += meta.last_offset - meta.base_offset + 1
+        sent = producer.metrics()["request-total"]
     assert produced == 1000
     assert total(cluster, "kafka_server_brokertopicmetrics_messagesin_total", topic="metered") == produced
     assert total(cluster, "kafka_server_brokertopicmetrics_bytesin_total", topic="metered") > 0
-    assert total(cluster, "kafka_network_requestmetrics_requests_total", listener="flight", request="Produce") > 0
+    # every request the producer sent was counted, and timed with Kafka's breakdown (acks=all: remote)
+    flight_produce = {"listener": "flight", "request": "Produce"}
+    assert total(cluster, "kafka_network_requestmetrics_requests_total", **flight_produce) == sent
+    for part in ("totaltimems", "localtimems", "remotetimems", "throttletimems"):
+        assert total(cluster, f"kafka_network_requestmetrics_{part}_count", **flight_produce) == sent
+    assert total(cluster, "kafka_network_requestmetrics_remotetimems_sum", **flight_produce) > 0
+    assert total(cluster, "kafka_network_requestmetrics_throttletimems_sum", **flight_produce) == 0
     assert total(cluster, "kafka_log_log_size", topic="metered") > 0
 
     read = 0
@@ -146,6 +153,11 @@ def test_kafka_protocol_requests_and_records_are_counted(cluster: LocalCluster) 
     }
     assert versions and all(v.isdigit() for v in versions)
     assert total(cluster, "kafka_network_requestmetrics_totaltimems_count", listener="kafka", request="Produce") > 0
+    kafka_produce = {"listener": "kafka", "request": "Produce"}
+    answered = total(cluster, "kafka_network_requestmetrics_totaltimems_count", **kafka_produce)
+    assert total(cluster, "kafka_network_requestmetrics_remotetimems_count", **kafka_produce) == answered
+    assert total(cluster, "kafka_network_requestmetrics_remotetimems_sum", **kafka_produce) > 0  # acks=all
+    assert total(cluster, "kafka_network_requestmetrics_localtimems_sum", **kafka_produce) > 0
 
     from confluent_kafka import Consumer as KafkaConsumer
 

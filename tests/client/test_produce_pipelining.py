@@ -80,12 +80,26 @@ class ScriptedReader:
         return chunk
 
 
+class Timings:
+    """The produce requests' times, as the broker's metrics get them."""
+
+    def __init__(self) -> None:
+        self.requests: list[tuple[float, float, float, float]] = []  # (local, remote, throttle, total)
+
+    def produce_request(
+        self, listener: str, local_s: float, remote_s: float, throttle_s: float, total_s: float, version: int = -1
+    ) -> None:
+        assert listener == "flight"
+        self.requests.append((local_s, remote_s, throttle_s, total_s))
+
+
 class Target:
     broker_id = LEADER
     value_schemas: dict[str, Any] = {}
 
     def __init__(self, partitions: dict[tuple[str, int], Partition]) -> None:
         self.partitions = partitions
+        self.metrics = Timings()
 
     def leader_partition(self, topic: str, p: int, for_write: bool = False) -> Partition:
         return self.partitions[(topic, p)]
@@ -107,7 +121,8 @@ def test_the_next_request_appends_while_an_acks_all_one_waits_for_its_replicas(t
         def write(self, buffer: pa.Buffer) -> None:
             answers.append(wire.decode(buffer.to_pybytes()))
 
-    stream = ProduceRequestStream(Target({("waits", 0): waits, ("alone", 0): alone}), "all", SCHEMA, lambda: False)
+    target = Target({("waits", 0): waits, ("alone", 0): alone})
+    stream = ProduceRequestStream(target, "all", SCHEMA, lambda: False)
     serving = threading.Thread(target=stream.serve, args=(reader, Writer()))
     serving.start()
     reader.send("waits", 0)
@@ -116,11 +131,16 @@ def test_the_next_request_appends_while_an_acks_all_one_waits_for_its_replicas(t
         lambda: alone.log.log_end_offset > 0, 10, "the second request's append (not after the first's replicas)", 0.01
     )
     assert answers == []  # ...and answered only after the first, whose follower has not fetched
+    time.sleep(0.2)  # the first request waits for its follower this long at least
     waits.fetch_range_end(FOLLOWER, waits.log.log_end_offset, 0)  # the follower catches up
     reader.done()
     serving.join(10)
     assert answers == [{"r": [{"b": 0, "l": 0}]}, {"r": [{"b": 0, "l": 0}]}]
     assert waits.high_watermark == 1 and alone.high_watermark == 1
+    # the metrics' breakdown: the first request's time went to waiting for its follower
+    (local, remote, throttle, total), second = target.metrics.requests
+    assert remote >= 0.2 and total >= local + remote and throttle == 0
+    assert second[1] < 0.2  # its own replicas (none) took no time: it waited behind the first in line
 
 
 class ScriptedBroker(flight.FlightServerBase):

@@ -14,7 +14,7 @@ import pyarrow.flight as flight
 import pytest
 from kazoo.client import KazooClient
 
-from broker_helpers import BrokerProcess
+from broker_helpers import BrokerProcess, registered_brokers, scrape_metrics
 from security_helpers import HOST, SecureSetup
 from sparklog.broker.throttle import Throttle
 from sparklog.client.admin import Admin
@@ -200,7 +200,9 @@ def secure(sparklog_connect: str, tmp_path: Path) -> SecureSetup:
 
 @pytest.fixture
 def broker(secure: SecureSetup, sparklog_connect: str, child_processes, tmp_path: Path) -> BrokerProcess:
-    return secure.start_broker(tmp_path, child_processes)
+    process = BrokerProcess(1, tmp_path / "broker-1", sparklog_connect, child_processes)
+    process.extra_args = [*secure.broker_args(1, process.port), "--metrics-port", "0"]
+    return process.start()
 
 
 def produce_many(secure: SecureSetup, port: int, user: str, batches: list[pa.RecordBatch]) -> dict[str, object]:
@@ -223,7 +225,7 @@ def produce_many(secure: SecureSetup, port: int, user: str, batches: list[pa.Rec
 
 
 def test_a_produce_over_the_byte_rate_is_throttled_but_not_a_super_users(
-    secure: SecureSetup, broker: BrokerProcess
+    secure: SecureSetup, broker: BrokerProcess, sparklog_connect: str
 ) -> None:
     with secure.store() as store:
         AclStore(store.zk, store.layout).add(
@@ -247,6 +249,20 @@ def test_a_produce_over_the_byte_rate_is_throttled_but_not_a_super_users(
 
     answer = produce_many(secure, broker.port, "admin", batches)  # super users are never throttled
     assert "throttle_ms" not in answer and len(answer["r"]) == 4, answer
+
+    # the broker's metrics: alice's held time, the request's throttle part
+    url = registered_brokers(sparklog_connect)[1].metrics_url
+    assert url is not None
+    samples = scrape_metrics(url)
+    held = {
+        dict(labels)["user"]: v
+        for (name, labels), v in samples.items()
+        if name == "sparklog_quota_throttle_seconds_total"
+    }
+    assert set(held) == {"alice"} and held["alice"] >= throttle_ms / 1000 * 0.9
+    throttled = (("listener", "flight"), ("request", "Produce"))
+    assert samples[("kafka_network_requestmetrics_throttletimems_sum", throttled)] >= throttle_ms * 0.9
+    assert samples[("kafka_network_requestmetrics_throttletimems_count", throttled)] == 2
 
 
 def lying_frame(batch: pa.RecordBatch, declared: int, metadata: dict[str, object] | None = None) -> bytes:

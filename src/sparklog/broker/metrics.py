@@ -90,11 +90,33 @@ class BrokerMetrics:
         self._total_time = Histogram(
             "kafka_network_requestmetrics_totaltimems",
             "Request time in MILLISECONDS, by listener and request: a Kafka-protocol request from its frame "
-            "read to its response made (quota mutes not included); a Flight fetch until its response stream "
-            "is ready (the first batches read); a Flight action in full (Flight produce streams are "
-            "long-lived and not timed)",
+            "read to its response made, and its connection's quota mute after it; a Flight fetch until its "
+            "response stream is ready (the first batches read); a Flight action in full; a produce request "
+            "(each of a Flight produce stream's) from its first batch read to its answer made",
             ["listener", "request"],
             buckets=LATENCY_BUCKETS_MS,
+            registry=r,
+        )
+        parts = (
+            ("localtimems", "appending its batches here (decoding, checks, the log append)"),
+            ("remotetimems", "waiting for the followers (acks=all: until the high watermark covers its batches)"),
+            ("throttletimems", "held back because its principal was over a produce quota"),
+        )
+        self._produce_parts = [
+            Histogram(
+                f"kafka_network_requestmetrics_{name}",
+                f"Produce request time in MILLISECONDS spent {what}, by listener and request",
+                ["listener", "request"],
+                buckets=LATENCY_BUCKETS_MS,
+                registry=r,
+            )
+            for name, what in parts
+        ]
+        self._throttled = Counter(
+            "sparklog_quota_throttle_seconds",
+            "Seconds calls were held (Flight) or connections muted (Kafka protocol) because their principal was "
+            "over a client quota, by listener and user",
+            ["listener", "user"],
             registry=r,
         )
         self._isr_shrinks = Counter(
@@ -130,6 +152,22 @@ class BrokerMetrics:
         self._requests.labels(listener, name, version).inc()
         if elapsed_s is not None:
             self._total_time.labels(listener, name).observe(elapsed_s * 1000)
+
+    def produce_request(
+        self, listener: str, local_s: float, remote_s: float, throttle_s: float, total_s: float, version: int = -1
+    ) -> None:
+        """One produce request answered (of a Flight produce stream, or a Kafka Produce of API
+        ``version``): counted, its total time and Kafka's breakdown of it (local append, waiting
+        for replicas, quota)."""
+        self._requests.labels(listener, "Produce", str(version) if version >= 0 else "").inc()
+        self._total_time.labels(listener, "Produce").observe(total_s * 1000)
+        for histogram, seconds in zip(self._produce_parts, (local_s, remote_s, throttle_s), strict=True):
+            histogram.labels(listener, "Produce").observe(seconds * 1000)
+
+    def throttled(self, listener: str, user: str, seconds: float) -> None:
+        """A call held, or a connection muted, ``seconds`` for ``user``'s quota (a principal
+        ``User:name`` is labelled by its name, as Kafka's quota metrics are)."""
+        self._throttled.labels(listener, user.removeprefix("User:")).inc(seconds)
 
     def isr_changed(self, shrinks: int, expands: int) -> None:
         """An ISR written to ZooKeeper by this broker lost ``shrinks`` and gained ``expands`` replicas."""

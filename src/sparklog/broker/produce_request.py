@@ -37,10 +37,19 @@ from sparklog.schemas.value_schema import ValueSchema
 ValueSchemas = Sequence[ValueSchema]  # a typed topic's versions, oldest first
 
 
+class ProduceTimer(Protocol):
+    """Where each produce request's time goes (the broker's metrics)."""
+
+    def produce_request(
+        self, listener: str, local_s: float, remote_s: float, throttle_s: float, total_s: float, version: int = -1
+    ) -> None: ...
+
+
 class ProduceTarget(Protocol):
     """What serving a produce request needs from the broker."""
 
     broker_id: int
+    metrics: ProduceTimer
 
     def leader_partition(self, topic: str, p: int, for_write: bool = False) -> Partition: ...
 
@@ -78,6 +87,8 @@ class _Appended(NamedTuple):
 class _Request(NamedTuple):
     pending: list[_Appended | SparklogError]  # each batch appended, or its error
     throttled_s: float  # how long the request waited for its producer's quota
+    started: float  # time.monotonic() as its first batch was read
+    local_s: float  # spent appending its batches
 
 
 def _int_field(meta: dict[str, Any], name: str, default: int | None = None) -> int:
@@ -135,7 +146,11 @@ class ProduceRequestStream:
         pending: list[_Appended | SparklogError] = []
         size = 0
         failed: dict[tuple[str, str], SparklogError] = {}  # a partition's first failed batch in the request
+        started = local_s = 0.0
         for frame in frames(reader):
+            began = time.monotonic()
+            if not pending:
+                started = began
             self._session()
             meta = frame.metadata
             tp = (str(meta.get("t")), str(meta.get("p")))
@@ -150,20 +165,31 @@ class ProduceRequestStream:
                 except SparklogError as exc:  # this batch only
                     pending.append(exc)
                     failed[tp] = exc
+            local_s += time.monotonic() - began
             if meta.get("end") is True:
-                request = _Request(pending, throttled(size))
+                request = _Request(pending, throttled(size), started, local_s)
                 if answers is not None:
                     answers.put(request)
                 elif self.acks != "0":
                     writer.write(self._answer(request))
-                pending, failed, size = [], {}, 0
+                else:
+                    self._timed(request, 0.0)
+                pending, failed, size, local_s = [], {}, 0, 0.0
 
     def _answer(self, request: _Request) -> pa.Buffer:
         """A request's answer (with ``acks=all`` once the high watermark covers its batches)."""
+        waiting = time.monotonic()
         answer: dict[str, Any] = {"r": self._results(request.pending)}
+        remote_s = time.monotonic() - waiting if self.acks == "all" else 0.0
         if request.throttled_s > 0:
             answer["throttle_ms"] = max(1, round(request.throttled_s * 1000))
-        return pa.py_buffer(wire.encode(answer))
+        encoded = pa.py_buffer(wire.encode(answer))
+        self._timed(request, remote_s)
+        return encoded
+
+    def _timed(self, request: _Request, remote_s: float) -> None:
+        total_s = time.monotonic() - request.started
+        self.target.metrics.produce_request("flight", request.local_s, remote_s, request.throttled_s, total_s)
 
     def _append(self, frame: Frame) -> _Appended:
         meta = frame.metadata

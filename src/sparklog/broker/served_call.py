@@ -37,6 +37,12 @@ class CallMeter(Protocol):
 
     def request(self, listener: str, name: str, version: str = "", elapsed_s: float | None = None) -> None: ...
 
+    def produce_request(
+        self, listener: str, local_s: float, remote_s: float, throttle_s: float, total_s: float, version: int = -1
+    ) -> None: ...
+
+    def throttled(self, listener: str, user: str, seconds: float) -> None: ...
+
 
 class ServedBroker(Protocol):
     """What the Flight service needs of its broker (:class:`~sparklog.broker.broker.Broker`, or a

@@ -160,6 +160,8 @@ class BrokerServer(flight.FlightServerBase):
 
         def throttled(kind: Kind, amount: float) -> float:
             delay = throttle.delay(who, kind, amount)
+            if delay > 0:
+                self.broker.metrics.throttled("flight", who, delay)
             end = time.monotonic() + delay
             while delay > 0 and not self.stopping and not context.is_cancelled():
                 left = end - time.monotonic()
@@ -196,7 +198,8 @@ class BrokerServer(flight.FlightServerBase):
             produce_handler.produce_acks(request)  # a bad acks is refused before anything else
             served = self._call(context, Call.PUT, request)
             served.throttled("request", 1)
-            self.broker.metrics.request("flight", "Produce")  # a put stream is long-lived: not timed
+            if call_type(Call.PUT, request) != wire.PRODUCE_MANY:  # its requests are counted and timed each
+                self.broker.metrics.request("flight", "Produce")
             PUTS[call_type(Call.PUT, request)](self.broker, served, reader, writer)
 
     def do_get(self, context: flight.ServerCallContext, ticket: flight.Ticket) -> flight.FlightDataStream:

@@ -80,6 +80,7 @@ class RequestContext:
     may: ApiPermissions = dataclasses.field(default_factory=_everything)  # what the principal may do
     session: ConnectionSession = dataclasses.field(default_factory=ConnectionSession)  # the connection's login
     close_after: bool = False  # set by a handler: close the connection once this answer is sent
+    remote_s: float = 0.0  # set by a handler: the time it waited for other brokers (acks=all: followers)
 
     @property
     def principal(self) -> str:

@@ -67,6 +67,12 @@ class RequestMeter(Protocol):
 
     def request(self, listener: str, name: str, version: str = "", elapsed_s: float | None = None) -> None: ...
 
+    def produce_request(
+        self, listener: str, local_s: float, remote_s: float, throttle_s: float, total_s: float, version: int = -1
+    ) -> None: ...
+
+    def throttled(self, listener: str, user: str, seconds: float) -> None: ...
+
 
 class KafkaListener:
     """One Kafka-protocol listener serving ``broker``'s partitions, secured as ``security`` says."""
@@ -283,18 +289,32 @@ class KafkaListener:
         except Exception:
             log.exception("%s v%s from %s failed", spec.name, version, peer[0])
             raise _CloseConnection(f"{spec.name} failed on the broker") from None
-        if self.meter is not None:
-            self.meter.request("kafka", spec.name.removesuffix("Request"), str(version), time.monotonic() - began)
         mute_s = self._quota_delay(session.principal, api_key, len(payload))
         if response is None:  # acks=0: no answer, but the quota holds all the same
+            self._metered(spec.name, version, ctx, time.monotonic() - began, mute_s)
             return (Answer(b"", "closed after a request with no answer due") if ctx.close_after else None), mute_s
         if mute_s > 0 and hasattr(response, "throttle_time_ms"):
             response.throttle_time_ms = int(mute_s * 1000)
         encoded = _encode(response, correlation_id)
         if api_key == FETCH:
             mute_s = max(mute_s, self._quota_delay(session.principal, None, len(encoded)))
+        self._metered(spec.name, version, ctx, time.monotonic() - began, mute_s)
         closing = f"{spec.name} answered with an error that ends the connection" if ctx.close_after else ""
         return Answer(encoded, closing), mute_s
+
+    def _metered(self, api: str, version: int, ctx: RequestContext, elapsed_s: float, mute_s: float) -> None:
+        """Count and time one answered request: its total with the connection's mute after it (as
+        Kafka's TotalTimeMs holds its ThrottleTimeMs); a produce's local and remote parts too."""
+        meter = self.meter
+        if meter is None:
+            return
+        name = api.removesuffix("Request")
+        if name == "Produce":
+            meter.produce_request("kafka", elapsed_s - ctx.remote_s, ctx.remote_s, mute_s, elapsed_s + mute_s, version)
+        else:
+            meter.request("kafka", name, str(version), elapsed_s + mute_s)
+        if mute_s > 0:
+            meter.throttled("kafka", ctx.principal, mute_s)
 
     def _quota_delay(self, principal: str, api_key: int | None, size: int) -> float:
         """The seconds a request (``api_key``; None: a fetch's answer of ``size`` bytes) puts its

@@ -107,12 +107,14 @@ def handle(request: Message, ctx: RequestContext) -> Message | None:
     if acks == "0":
         return None
     if acks == "all":
+        waiting = time.monotonic()
         for i, (topic, partition, outcome) in enumerate(results):
             if isinstance(outcome, Appended) and not outcome.duplicate:
                 try:
                     ctx.broker.await_replicated(topic, partition, outcome, deadline)
                 except SparklogError as exc:
                     results[i] = (topic, partition, exc)
+        ctx.remote_s = time.monotonic() - waiting
     return _response(ctx, request.acks, results)
 
 
