@@ -56,6 +56,7 @@ def test_each_broker_registers_its_metrics_url(cluster: LocalCluster) -> None:
         assert url is not None
         assert ("process_open_fds", ()) in scrape(url)
         assert scrape(url)[("process_threads", ())] > 1
+        assert scrape(url)[("sparklog_zookeeper_round_trip_ms", ())] > 0
 
 
 def test_messages_in_and_out_follow_what_is_produced_and_consumed(cluster: LocalCluster) -> None:
@@ -360,3 +361,14 @@ def test_a_producer_and_a_consumer_count_what_they_sent_and_read(cluster: LocalC
     assert figures["poll-total"] >= 2
     consumed = "kafka_consumer_consumer_fetch_manager_metrics_records_consumed_total"
     assert f'{consumed}{{client_id="{consumer.client_id}"}} 1000.0' in exposed
+
+
+def test_log_flushes_are_counted_and_timed(cluster: LocalCluster) -> None:
+    with Admin(cluster.zookeeper) as admin:
+        admin.create_topic("flushed", 1, 1, configs={"flush.messages": 1})  # every append fsyncs
+    flushes = total(cluster, "kafka_log_logflushstats_logflushrateandtimems_count")
+    with Producer(cluster.zookeeper, acks="1") as producer:
+        for i in range(3):
+            producer.send_batch("flushed", {"value": [b"f%d" % i]})
+    assert total(cluster, "kafka_log_logflushstats_logflushrateandtimems_count") >= flushes + 3
+    assert total(cluster, "kafka_log_logflushstats_logflushrateandtimems_sum") > 0

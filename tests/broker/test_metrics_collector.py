@@ -29,6 +29,9 @@ class Held:
     def zookeeper_state(self) -> str:
         return "CONNECTED"
 
+    def zookeeper_round_trip_s(self) -> float | None:
+        return 0.004
+
 
 def samples(metrics: BrokerMetrics) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
     text = generate_latest(metrics.registry).decode()
@@ -58,6 +61,7 @@ def test_a_scrape_measures_lazily_opened_segments_without_loading_them(tmp_path:
         labels = (("partition", "0"), ("topic", "t"))
         assert got[("kafka_log_log_size", labels)] == on_disk
         assert got[("kafka_log_log_numlogsegments", labels)] == len(log.segments)
+        assert got[("sparklog_zookeeper_round_trip_ms", ())] == 4.0
         assert not any(s.loaded for s in old)  # measured on disk, never opened
         assert got[("kafka_server_replicamanager_leadercount", ())] == 1
         assert got[("kafka_server_replicamanager_underreplicatedpartitions", ())] == 1  # ISR [1] of [1, 2]

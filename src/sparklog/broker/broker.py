@@ -69,6 +69,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 TopicPartition = tuple[str, int]
+ZOOKEEPER_PROBE_TIMEOUT_S = 2.0  # a metrics scrape waits this long for its ZooKeeper round trip
 
 
 class Broker:
@@ -121,7 +122,9 @@ class Broker:
         self.live_brokers: dict[int, BrokerInfo] = {}
         self.cluster = ClusterMetadata(zookeeper, timeout=session_timeout_s, digest=self.security.zookeeper_digest)
         self.registry = SchemaRegistry.from_cluster(self.cluster)
-        self.logs = LogManager(self.data_dir, producer_id_expiration_ms=producer_id_expiration_ms)
+        self.logs = LogManager(
+            self.data_dir, producer_id_expiration_ms=producer_id_expiration_ms, on_flush=self.metrics.log_flushed
+        )
         self.catalog = TopicCatalog(self.cluster, self.registry, self.logs)
         self.peers = PeerClients(
             broker_id, self.security.inter_broker, lambda: self.live_brokers, self._read_live_brokers
@@ -179,6 +182,17 @@ class Broker:
     def zookeeper_state(self) -> str:
         """Its ZooKeeper connection's state: CONNECTED, SUSPENDED or LOST."""
         return str(self.cluster.zk.state) if self._started else "LOST"
+
+    def zookeeper_round_trip_s(self) -> float | None:
+        """One ZooKeeper read's round trip now (None: not connected, or no answer in time)."""
+        if not self._started or not self.zk_connected:
+            return None
+        began = time.monotonic()
+        try:
+            self.cluster.zk.exists_async(self.cluster.layout.broker_ids).get(timeout=ZOOKEEPER_PROBE_TIMEOUT_S)
+        except Exception:  # a timeout, a lost connection: no figure this scrape
+            return None
+        return time.monotonic() - began
 
     def _is_controller(self) -> bool:
         return self.controller_state()[0]

@@ -6,7 +6,7 @@ import concurrent.futures
 import shutil
 import threading
 import weakref
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -38,7 +38,10 @@ class LogManager:
         data_dir: str | Path,
         producer_id_expiration_ms: int = DEFAULT_PRODUCER_ID_EXPIRATION_MS,
         segment_idle_s: float = DEFAULT_SEGMENT_IDLE_S,
+        on_flush: Callable[[float], None] | None = None,
     ) -> None:
+        """``on_flush(seconds)``: told how long each log's flush took (the broker's metrics)."""
+        self.on_flush = on_flush
         if producer_id_expiration_ms < 1:
             raise ValueError(f"producer_id_expiration_ms must be >= 1, got {producer_id_expiration_ms}")
         self.data_dir = Path(data_dir)
@@ -78,9 +81,10 @@ class LogManager:
                         value_type=latest.arrow_type,
                         schema_version=latest.version,
                         older_schemas=older,
+                        on_flush=self.on_flush,
                     )
                 else:
-                    log = PartitionLog(self.directory(topic, partition), config)
+                    log = PartitionLog(self.directory(topic, partition), config, on_flush=self.on_flush)
                 self._logs[key] = log
             return log
 

@@ -49,6 +49,9 @@ class MetricsSource(Protocol):
 
     def zookeeper_state(self) -> str: ...
 
+    def zookeeper_round_trip_s(self) -> float | None:
+        """One ZooKeeper request's round trip, made now (None: no answer in time)."""
+
 
 class BrokerMetrics:
     """The registry and metric objects of one broker, and its HTTP endpoint once :meth:`serve`d."""
@@ -119,6 +122,13 @@ class BrokerMetrics:
             ["listener", "user"],
             registry=r,
         )
+        self._flush_time = Histogram(
+            "kafka_log_logflushstats_logflushrateandtimems",
+            "Log flushes (fsync of a partition's unsynced segments, flush.ms / flush.messages) and their time "
+            "in MILLISECONDS",
+            buckets=LATENCY_BUCKETS_MS,
+            registry=r,
+        )
         self._isr_shrinks = Counter(
             "kafka_server_replicamanager_isrshrinks",
             "Replicas dropped from the ISR of a partition led here (by this leader: lagging; by the controller: "
@@ -168,6 +178,9 @@ class BrokerMetrics:
         """A call held, or a connection muted, ``seconds`` for ``user``'s quota (a principal
         ``User:name`` is labelled by its name, as Kafka's quota metrics are)."""
         self._throttled.labels(listener, user.removeprefix("User:")).inc(seconds)
+
+    def log_flushed(self, seconds: float) -> None:
+        self._flush_time.observe(seconds * 1000)
 
     def isr_changed(self, shrinks: int, expands: int) -> None:
         """An ISR written to ZooKeeper by this broker lost ``shrinks`` and gained ``expands`` replicas."""
@@ -288,6 +301,13 @@ class _StateCollector(Collector):
         for name in ("CONNECTED", "SUSPENDED", "LOST"):
             zk.add_metric([name], int(name == current))
         yield zk
+        round_trip = self._source.zookeeper_round_trip_s()
+        if round_trip is not None:
+            yield GaugeMetricFamily(
+                "sparklog_zookeeper_round_trip_ms",
+                "The round trip of one ZooKeeper read the broker made at this scrape, in milliseconds",
+                round_trip * 1000,
+            )
         yield GaugeMetricFamily("process_threads", "Threads of the broker process (native ones too)", _thread_count())
         yield GaugeMetricFamily(
             "sparklog_metrics_collect_seconds",

@@ -18,6 +18,7 @@ import functools
 import os
 import shutil
 import threading
+import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
@@ -74,7 +75,10 @@ class PartitionLog:
         clock: Callable[[], int] = wall_clock_ms,
         schema_version: int | None = None,
         older_schemas: Sequence[pa.Schema] = (),
+        on_flush: Callable[[float], None] | None = None,
     ) -> None:
+        """``on_flush(seconds)``: told how long each :meth:`flush` (its fsyncs) took (the broker's metrics)."""
+        self.on_flush = on_flush
         self.directory = Path(directory)
         self.config = config or TopicConfig()
         self.value_type = value_type
@@ -418,6 +422,7 @@ class PartitionLog:
 
     def flush(self) -> None:
         """fsync everything appended so far and move the recovery point to the log end."""
+        began = time.monotonic()
         with self.lock:
             if self.closed:
                 return
@@ -429,6 +434,8 @@ class PartitionLog:
             self._unflushed_messages = 0
             self.last_flush_ms = self.clock()
             self._write_recovery_point(self.log_end_offset)
+        if self.on_flush is not None:
+            self.on_flush(time.monotonic() - began)
 
     # ----------------------------------------------------------------- reading
     def read(self, offset: int, max_bytes: int = DEFAULT_MAX_BYTES, upto: int | None = None) -> list[pa.RecordBatch]:
