@@ -372,3 +372,30 @@ def test_log_flushes_are_counted_and_timed(cluster: LocalCluster) -> None:
             producer.send_batch("flushed", {"value": [b"f%d" % i]})
     assert total(cluster, "kafka_log_logflushstats_logflushrateandtimems_count") >= flushes + 3
     assert total(cluster, "kafka_log_logflushstats_logflushrateandtimems_sum") > 0
+
+
+def test_the_dashboards_queries_find_the_brokers_metrics(cluster: LocalCluster) -> None:
+    from sparklog.dashboard.panels import PANELS
+    from sparklog.dashboard.promql import evaluate
+    from sparklog.dashboard.recording import Recorder
+
+    with Admin(cluster.zookeeper) as admin:
+        admin.create_topic("dashboarded", 2, 3)
+    recorder = Recorder(
+        lambda: {f"broker-{i}": b.metrics_url() or "" for i, b in cluster.brokers.items() if b.alive()}, 0.5
+    ).start()
+    with Producer(cluster.zookeeper, acks="all") as producer:
+        i = 0
+        while len(recorder.times) < 6:  # traffic through several scrapes
+            i += 1
+            producer.send_batch("dashboarded", {"value": [b"d%d" % i] * 10})
+            # a consumer each time: its fetches begin (a fetch is timed until its stream is ready)
+            with Consumer(
+                "dashboarded", group="dashboard", zookeeper=cluster.zookeeper, auto_offset_reset="earliest"
+            ) as consumer:
+                consumer.poll_batches(timeout=0.5)
+                consumer.commit()
+    recording = recorder.stop()
+    assert len(recording.times) >= 6
+    empty = [p.title for p in PANELS if not any(evaluate(q.expr, recording) for q in p.queries)]
+    assert empty == ["Lake tiering lag (seconds)"]  # this cluster tiers nothing (the lake tests scrape that)

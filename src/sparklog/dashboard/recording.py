@@ -1,0 +1,65 @@
+"""Recording brokers' metrics as Prometheus would scrape them: every broker's endpoint at a fixed
+interval, each sample labelled with its ``instance`` (here ``broker-<id>``), for the dashboard's
+picture (:mod:`.picture`) to evaluate the dashboard's queries over."""
+
+from __future__ import annotations
+
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Mapping
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from sparklog.dashboard.promql import Labels, Recording
+
+SCRAPE_TIMEOUT_S = 5.0
+
+
+def scrape(url: str, instance: str) -> dict[tuple[str, Labels], float]:
+    """One endpoint's samples, labelled ``instance`` (nothing if it does not answer: a broker down)."""
+    try:
+        with urllib.request.urlopen(url, timeout=SCRAPE_TIMEOUT_S) as response:
+            text = response.read().decode()
+    except (OSError, urllib.error.URLError):
+        return {}
+    return {
+        (s.name, frozenset({**s.labels, "instance": instance}.items())): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
+
+
+class Recorder:
+    """Scrapes ``endpoints()`` (instance -> URL, asked before each round: brokers come and go)
+    every ``interval_s`` on its own thread, from :meth:`start` to :meth:`stop`."""
+
+    def __init__(self, endpoints: Callable[[], Mapping[str, str]], interval_s: float = 1.0) -> None:
+        self.endpoints = endpoints
+        self.interval_s = interval_s
+        self.times: list[float] = []
+        self.samples: list[dict[tuple[str, Labels], float]] = []
+        self._began = 0.0
+        self._stopped = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="metrics-recorder", daemon=True)
+
+    def start(self) -> Recorder:
+        self._began = time.monotonic()
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        while not self._stopped.is_set():
+            at = time.monotonic()
+            merged: dict[tuple[str, Labels], float] = {}
+            for instance, url in sorted(self.endpoints().items()):
+                merged.update(scrape(url, instance))
+            self.times.append(at - self._began)
+            self.samples.append(merged)
+            self._stopped.wait(max(0.0, self.interval_s - (time.monotonic() - at)))
+
+    def stop(self) -> Recording:
+        self._stopped.set()
+        self._thread.join(SCRAPE_TIMEOUT_S * 4)
+        return Recording(list(self.times), list(self.samples))
