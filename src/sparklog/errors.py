@@ -286,6 +286,13 @@ class NetworkUnavailable(SparklogError):
     code = "NETWORK_UNAVAILABLE"
 
 
+class PromQLError(SparklogError):
+    """A dashboard query outside the PromQL subset :mod:`sparklog.dashboard.promql` evaluates, or
+    malformed."""
+
+    code = "INVALID_QUERY"
+
+
 class WorkloadFailed(SparklogError):
     """A fault run's workload (:mod:`sparklog.hosts.workload`) ended without its report: its own
     error output says why."""

@@ -17,15 +17,11 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from sparklog.errors import SparklogError
+from sparklog.errors import PromQLError
 
 Labels = frozenset[tuple[str, str]]
 Vector = dict[Labels, float]  # an instant vector: one value per label set
 Sample = Mapping[tuple[str, Labels], float]  # one scrape of every instance, instance as a label
-
-
-class PromQLError(SparklogError):
-    """A query outside the understood subset, or malformed."""
 
 
 _TOKEN = re.compile(
