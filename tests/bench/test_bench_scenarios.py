@@ -16,8 +16,11 @@ def test_latency_counts_the_measured_records_only() -> None:
 
 
 def test_produce_reports_async_sync_and_per_record_figures() -> None:
-    result = broker_scenarios.produce(records=60_000, batch_records=5_000, partitions=2, send_records=2_000)
+    result = broker_scenarios.produce(
+        records=60_000, batch_records=5_000, partitions=2, send_records=2_000, scrape=0.05
+    )
     assert result["records"] == 60_000 and result["in_flight"] == 4
+    assert result["scrapes"] >= 1  # the broker's endpoint answered the scraper process
     assert result["records_per_s"] > 0 and result["sync_records_per_s"] > 0 and result["send_records_per_s"] > 0
 
 
@@ -26,7 +29,10 @@ def test_produce_and_consume_secure_run_over_sasl_ssl() -> None:
         records=20_000, batch_records=5_000, partitions=2, send_records=1_000, secure=True
     )
     assert produced["secure"] is True and produced["records_per_s"] > 0 and produced["send_records_per_s"] > 0
-    consumed = broker_scenarios.consume(records=20_000, batch_records=5_000, partitions=2, repeat=1, secure=True)
+    consumed = broker_scenarios.consume(
+        records=20_000, batch_records=5_000, partitions=2, repeat=1, secure=True, scrape=0.05
+    )
+    assert consumed["scrapes"] >= 1
     assert consumed["secure"] is True and consumed["records"] == 20_000  # the scenario checks it read every record
 
 

@@ -27,6 +27,7 @@ SCENARIOS: dict[str, tuple[str, str]] = {
     "tier": ("tier", "tier"),
     "kafka-clients": ("kafka_clients", "run"),
     "kafka-spark-read": ("kafka_clients", "spark_read_run"),
+    "metrics-cost": ("metrics_cost", "run"),
 }
 
 

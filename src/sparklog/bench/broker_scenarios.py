@@ -4,11 +4,15 @@ clients in this process, 100-byte values by default."""
 from __future__ import annotations
 
 import collections
+import contextlib
 import gc
 import statistics
+import subprocess
+import sys
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -61,6 +65,29 @@ def produce_columnar(
 _THREADS = [0]  # the most threads this process ran while producing (the client's, Python's and native)
 
 
+@contextlib.contextmanager
+def _scraped(cluster: LocalCluster, scrape_s: float | None) -> Iterator[list[int]]:
+    """While inside, every broker's metrics endpoint scraped every ``scrape_s`` seconds (None: not
+    at all) by a process of its own, as Prometheus would; yields a list whose one item is, once
+    the block is left, how many scrape rounds it made."""
+    rounds = [0]
+    if scrape_s is None:
+        yield rounds
+        return
+    urls = [b.metrics_url() or "" for b in cluster.brokers.values()]
+    scraper = subprocess.Popen(
+        [sys.executable, "-m", "sparklog.dashboard.recording", "--every", str(scrape_s), *urls],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        yield rounds
+    finally:
+        out, _ = scraper.communicate("", timeout=60)  # stdin closed: it stops and says how many
+        rounds[0] = int(out.split()[-1]) if out.split() else 0
+
+
 def produce(
     records: int = 10_000_000,
     value_bytes: int = 100,
@@ -72,10 +99,12 @@ def produce(
     send_records: int = 1_000_000,
     in_flight: int = 4,
     secure: bool = False,
+    scrape: float | None = None,
     **_: Any,
 ) -> dict[str, Any]:
     """Columnar ``send_batch_async`` of ``records`` records with ``in_flight`` tables on their way,
-    the same with ``send_batch`` (one table at a time), then per-record ``send()`` of ``send_records``."""
+    the same with ``send_batch`` (one table at a time), then per-record ``send()`` of ``send_records``.
+    ``scrape``: every broker's metrics endpoint scraped every that many seconds meanwhile."""
     batch = pa.record_batch({"value": make_values(batch_records, value_bytes)})
     batches = max(1, records // batch_records)
     _THREADS[0] = 0
@@ -83,7 +112,10 @@ def produce(
         cluster = _cluster_and_topic(tmp, partitions, replication_factor, brokers, secure)
         try:
             config = cluster.client_config() or {"bootstrap.servers": cluster.bootstrap_servers}  # as consume's
-            with Producer(acks=acks, batch_records=batch_records, config=config) as producer:
+            with (
+                Producer(acks=acks, batch_records=batch_records, config=config) as producer,
+                _scraped(cluster, scrape) as scrapes,
+            ):
                 produce_columnar(producer, batch, min(batches, 4 * partitions), partitions)  # warm-up
                 took = produce_columnar(producer, batch, batches, partitions, in_flight)
                 sync_took = produce_columnar(producer, batch, batches, partitions)
@@ -114,6 +146,8 @@ def produce(
         "send_records": send_records,
         "send_records_per_s": round(send_records / send_took),
         "threads": _THREADS[0],
+        "scrape_s": scrape,
+        "scrapes": scrapes[0],
     }
 
 
@@ -126,10 +160,12 @@ def consume(
     fields: str | None = None,
     secure: bool = False,
     brokers: int = 1,
+    scrape: float | None = None,
     **_: Any,
 ) -> dict[str, Any]:
     """Produce ``records`` records (not timed), then read them all back columnar, ``repeat`` times;
-    the partitions (one replica each) are spread over ``brokers``.
+    the partitions (one replica each) are spread over ``brokers``. ``scrape``: every broker's
+    metrics endpoint scraped every that many seconds while reading.
     With ``fields``: :func:`consume_fields` (a typed topic of 20 columns, all against ``fields``)."""
     if fields is not None:
         return consume_fields(
@@ -149,19 +185,20 @@ def consume(
             # the consumer connects as a Kafka client does: to brokers only (no ZooKeeper session,
             # whose client would add 3 threads to the count)
             consumer_config = config or {"bootstrap.servers": cluster.bootstrap_servers}
-            for _ in range(repeat + 1):  # the first pass warms the broker's page cache and maps
-                with Consumer(
-                    TOPIC, auto_offset_reset="earliest", max_bytes=32 << 20, config=consumer_config
-                ) as consumer:
-                    seen = 0
-                    start = time.perf_counter()
-                    while seen < total:
-                        seen += sum(b.num_rows for b in consumer.poll_batches(timeout=5.0))
-                    times.append(time.perf_counter() - start)
-                    threads = max(threads, _process_threads())
-                    fetch_threads = max(fetch_threads, _fetch_threads())
-                    if seen != total:
-                        raise AssertionError(f"consumed {seen} records, produced {total}")
+            with _scraped(cluster, scrape) as scrapes:
+                for _ in range(repeat + 1):  # the first pass warms the broker's page cache and maps
+                    with Consumer(
+                        TOPIC, auto_offset_reset="earliest", max_bytes=32 << 20, config=consumer_config
+                    ) as consumer:
+                        seen = 0
+                        start = time.perf_counter()
+                        while seen < total:
+                            seen += sum(b.num_rows for b in consumer.poll_batches(timeout=5.0))
+                        times.append(time.perf_counter() - start)
+                        threads = max(threads, _process_threads())
+                        fetch_threads = max(fetch_threads, _fetch_threads())
+                        if seen != total:
+                            raise AssertionError(f"consumed {seen} records, produced {total}")
         finally:
             cluster.stop()
     took = statistics.median(times[1:])
@@ -176,6 +213,8 @@ def consume(
         "mb_per_s": round(total * value_bytes / took / 1e6, 1),
         "threads": threads,
         "fetch_threads": fetch_threads,
+        "scrape_s": scrape,
+        "scrapes": scrapes[0],
     }
 
 

@@ -24,7 +24,13 @@ OPTIONS: dict[str, tuple[type, str]] = {
     "seconds": (float, "duration of 'latency' (default 5) and of the measured window of 'idle' (default 20)"),
     "segments": (int, "'startup': segments per partition replica (default 10)"),
     "segment-bytes": (int, "'tier', 'spark-read --lake': segment.bytes of the benchmark topics (default 8 MiB)"),
+    "scrape": (
+        float,
+        "produce, consume, metrics-cost: scrape every broker's metrics this often meanwhile, from "
+        "another process (default: never; metrics-cost: 1 s, runs with and without it interleaved)",
+    ),
 }
+SCRAPED = ("produce", "consume", "metrics-cost")
 SOURCES = {"spark-read": ("topic", "memory"), "spark-write": ("topic", "files")}
 
 
@@ -120,6 +126,8 @@ def run_bench(args: argparse.Namespace) -> int:
         if getattr(args, "against", None) == "kafka" and args.scenario == "kafka-clients":
             raise CliError("--secure runs sparklog's SASL_SSL Kafka listeners; compare with the same run without it")
         options["secure"] = True
+    if args.scrape is not None and args.scenario not in SCRAPED:
+        raise CliError(f"--scrape is for the {', '.join(SCRAPED)} scenarios")
     if args.unclean:
         if args.scenario != "startup":
             raise CliError("--unclean is for the startup scenario")

@@ -40,6 +40,8 @@ class Recorder:
         self.interval_s = interval_s
         self.times: list[float] = []
         self.samples: list[dict[tuple[str, Labels], float]] = []
+        self.keep = True  # False: scrape and parse, keep only the times (a load, not a recording)
+        self.complete = 0  # rounds in which every endpoint answered
         self._began = 0.0
         self._stopped = threading.Event()
         self._thread = threading.Thread(target=self._run, name="metrics-recorder", daemon=True)
@@ -53,13 +55,42 @@ class Recorder:
         while not self._stopped.is_set():
             at = time.monotonic()
             merged: dict[tuple[str, Labels], float] = {}
+            answered = 0
             for instance, url in sorted(self.endpoints().items()):
-                merged.update(scrape(url, instance))
+                got = scrape(url, instance)
+                answered += bool(got)
+                merged.update(got)
+            self.complete += answered == len(self.endpoints())
             self.times.append(at - self._began)
-            self.samples.append(merged)
+            if self.keep:
+                self.samples.append(merged)
             self._stopped.wait(max(0.0, self.interval_s - (time.monotonic() - at)))
 
     def stop(self) -> Recording:
         self._stopped.set()
         self._thread.join(SCRAPE_TIMEOUT_S * 4)
         return Recording(list(self.times), list(self.samples))
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m sparklog.dashboard.recording --every S URL...``: scrape the URLs every S seconds
+    (parsing each answer, as Prometheus does, and keeping nothing) until stdin closes, then print
+    how many rounds every URL answered: a scraper in a process of its own, beside a benchmark."""
+    import argparse
+    import sys
+
+    parser = argparse.ArgumentParser(prog="python -m sparklog.dashboard.recording")
+    parser.add_argument("--every", type=float, default=1.0, metavar="SECONDS")
+    parser.add_argument("urls", nargs="+")
+    args = parser.parse_args(argv)
+    recorder = Recorder(lambda: {str(i): url for i, url in enumerate(args.urls)}, args.every)
+    recorder.keep = False
+    recorder.start()
+    sys.stdin.read()  # until the benchmark closes it
+    recorder.stop()
+    print(recorder.complete, flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
