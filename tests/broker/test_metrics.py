@@ -399,3 +399,39 @@ def test_the_dashboards_queries_find_the_brokers_metrics(cluster: LocalCluster) 
     assert len(recording.times) >= 6
     empty = [p.title for p in PANELS if not any(evaluate(q.expr, recording) for q in p.queries)]
     assert empty == ["Lake tiering lag (seconds)"]  # this cluster tiers nothing (the lake tests scrape that)
+
+
+def per_broker(cluster: LocalCluster, name: str, **labels: str) -> dict[int, float]:
+    """``name`` with ``labels`` summed per live broker."""
+    out: dict[int, float] = {}
+    for broker_id, broker in cluster.brokers.items():
+        if broker.alive():
+            got = scrape(broker.metrics_url() or "")
+            out[broker_id] = sum(v for (n, ls), v in got.items() if n == name and set(labels.items()) <= set(ls))
+    return out
+
+
+def test_a_reassignment_moves_the_replicas_and_their_log_sizes(cluster: LocalCluster) -> None:
+    with Admin(cluster.zookeeper) as admin:
+        admin.create_topic("moved", 1, 1)
+        before = admin.topic("moved").replicas[0]
+        with Producer(cluster.zookeeper, acks="all") as producer:
+            producer.send_batch("moved", {"value": [b"m%d" % i for i in range(500)]})
+        (source,) = before
+        target = next(b for b in cluster.brokers if b != source)
+        sizes = per_broker(cluster, "kafka_log_log_size", topic="moved")
+        assert sizes[source] > 0 and sizes[target] == 0
+        admin.reassign_partitions("moved", {0: [target]}, wait=True, timeout_s=WAIT_S)
+    wait_for(
+        lambda: (
+            per_broker(cluster, "kafka_log_log_size", topic="moved")
+            == {**{b: 0 for b in cluster.brokers}, target: sizes[source]}
+        ),
+        WAIT_S,
+        lambda: (
+            f"the log to move from {source} to {target}: {per_broker(cluster, 'kafka_log_log_size', topic='moved')}"
+        ),
+    )
+    wait_for(lambda: total(cluster, "kafka_server_replicamanager_underreplicatedpartitions") == 0, WAIT_S, "a full ISR")
+    led = per_broker(cluster, "kafka_server_brokertopicmetrics_messagesin_total", topic="moved")
+    assert led[source] == 500 and led[target] == 0  # appended by the first leader; the copy is replication
