@@ -1,6 +1,6 @@
 """``sparklog bench metrics-cost``: what serving metrics costs. The produce and consume scenarios,
 each run with every broker's endpoint scraped (every ``scrape`` seconds, by a process of its own,
-as Prometheus would) and without, interleaved ``repeat`` times in the same run (the machine's
+as a Prometheus server would: fetched, parsed elsewhere) and without, interleaved ``repeat`` times in the same run (the machine's
 speed drifts): medians and the scraped / unscraped ratio of each."""
 
 from __future__ import annotations
@@ -14,10 +14,10 @@ DEFAULT_SCRAPE_S = 1.0  # harsher than Prometheus's usual 15 s
 
 
 def run(
-    records: int = 2_000_000,
+    records: int = 10_000_000,
     repeat: int = 3,
     scrape: float = DEFAULT_SCRAPE_S,
-    send_records: int = 200_000,
+    send_records: int = 1_000_000,
     **options: Any,
 ) -> dict[str, Any]:
     figures: dict[str, dict[bool, list[float]]] = {"produce": {}, "send": {}, "consume": {}}

@@ -4,6 +4,8 @@ for the docs (Grafana itself is not needed to see what the dashboard shows)."""
 
 from __future__ import annotations
 
+import math
+import statistics
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -44,11 +46,27 @@ def draw(recording: Recording, out: Path, events: Sequence[tuple[float, str]] = 
     return out
 
 
+def _with_gaps(points: list[tuple[float, float]], gap_s: float) -> tuple[list[float], list[float]]:
+    """The points' times and values, a NaN between two points further apart than ``gap_s``: a
+    series that was not scraped (its broker down) shows a gap, as in Grafana, not a slope."""
+    times: list[float] = []
+    values: list[float] = []
+    for t, v in points:
+        if times and t - times[-1] > gap_s:
+            times.append((t + times[-1]) / 2)
+            values.append(math.nan)
+        times.append(t)
+        values.append(v)
+    return times, values
+
+
 def _draw_panel(ax: Any, panel: Panel, recording: Recording, events: Sequence[tuple[float, str]]) -> None:
+    steps = [b - a for a, b in zip(recording.times, recording.times[1:], strict=False)]
+    gap_s = 2.5 * statistics.median(steps) if steps else math.inf
     drawn = 0
     for query in panel.queries:
         for labels, points in sorted(evaluate(query.expr, recording).items(), key=lambda item: sorted(item[0])):
-            times, values = zip(*points, strict=True)
+            times, values = _with_gaps(points, gap_s)
             ax.plot(times, values, label=legend(query, labels), linewidth=1.2)
             drawn += 1
     for at, what in events:

@@ -17,12 +17,19 @@ from sparklog.dashboard.promql import Labels, Recording
 SCRAPE_TIMEOUT_S = 5.0
 
 
-def scrape(url: str, instance: str) -> dict[tuple[str, Labels], float]:
-    """One endpoint's samples, labelled ``instance`` (nothing if it does not answer: a broker down)."""
+def fetch(url: str) -> str | None:
+    """One endpoint's exposition text (None if it does not answer: a broker down)."""
     try:
         with urllib.request.urlopen(url, timeout=SCRAPE_TIMEOUT_S) as response:
-            text = response.read().decode()
+            return str(response.read().decode())
     except (OSError, urllib.error.URLError):
+        return None
+
+
+def scrape(url: str, instance: str) -> dict[tuple[str, Labels], float]:
+    """One endpoint's samples, labelled ``instance`` (nothing if it does not answer: a broker down)."""
+    text = fetch(url)
+    if text is None:
         return {}
     return {
         (s.name, frozenset({**s.labels, "instance": instance}.items())): s.value
@@ -40,7 +47,9 @@ class Recorder:
         self.interval_s = interval_s
         self.times: list[float] = []
         self.samples: list[dict[tuple[str, Labels], float]] = []
-        self.keep = True  # False: scrape and parse, keep only the times (a load, not a recording)
+        # False: only fetch each endpoint's text, keep only the times: the load a Prometheus
+        # server puts on the brokers (it parses elsewhere), not a recording
+        self.keep = True
         self.complete = 0  # rounds in which every endpoint answered
         self._began = 0.0
         self._stopped = threading.Event()
@@ -57,9 +66,12 @@ class Recorder:
             merged: dict[tuple[str, Labels], float] = {}
             answered = 0
             for instance, url in sorted(self.endpoints().items()):
-                got = scrape(url, instance)
-                answered += bool(got)
-                merged.update(got)
+                if self.keep:
+                    got = scrape(url, instance)
+                    answered += bool(got)
+                    merged.update(got)
+                else:
+                    answered += bool(fetch(url))
             self.complete += answered == len(self.endpoints())
             self.times.append(at - self._began)
             if self.keep:
@@ -73,8 +85,8 @@ class Recorder:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m sparklog.dashboard.recording --every S URL...``: scrape the URLs every S seconds
-    (parsing each answer, as Prometheus does, and keeping nothing) until stdin closes, then print
+    """``python -m sparklog.dashboard.recording --every S URL...``: fetch the URLs every S seconds
+    (what a Prometheus server asks of the brokers; it parses elsewhere) until stdin closes, then print
     how many rounds every URL answered: a scraper in a process of its own, beside a benchmark."""
     import argparse
     import sys
