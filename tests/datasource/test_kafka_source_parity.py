@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from broker_helpers import scrape_metrics
 from spark_helpers import (
     T0,
     batch_rows,
@@ -261,6 +262,19 @@ def test_kafka_group_id_is_the_commit_group_and_group_id_prefix_is_accepted(spar
     df = stream_reader(spark, zk, subscribe=topic, startingOffsets="earliest", **{"kafka.group.id": group})
     collect_available_now(df, str(tmp_path / "ckpt"))
     assert committed(zk, group) == high_watermarks(zk, topic)
+    # the query's group is in the controller's group lag, caught up
+    (broker,) = spark_cluster.brokers.values()
+    samples = scrape_metrics(broker.metrics_url() or "")
+    lag = {
+        (name, dict(labels)["partition"]): v
+        for (name, labels), v in samples.items()
+        if name in ("kafka_consumergroup_lag", "kafka_consumergroup_current_offset")
+        and dict(labels).get("consumergroup") == group
+    }
+    assert lag == {
+        **{("kafka_consumergroup_lag", str(p)): 0 for p in range(2)},
+        **{("kafka_consumergroup_current_offset", str(p)): end for (_, p), end in high_watermarks(zk, topic).items()},
+    }, lag
 
     prefix = unique("prefix")
     df = stream_reader(spark, zk, subscribe=topic, startingOffsets="earliest", groupIdPrefix=prefix)

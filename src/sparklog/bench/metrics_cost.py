@@ -1,7 +1,7 @@
 """``sparklog bench metrics-cost``: what serving metrics costs. The produce and consume scenarios,
 each run with every broker's endpoint scraped (every ``scrape`` seconds, by a process of its own,
-as a Prometheus server would: fetched, parsed elsewhere) and without, interleaved ``repeat`` times in the same run (the machine's
-speed drifts): medians and the scraped / unscraped ratio of each."""
+as a Prometheus server would: fetched, parsed elsewhere) and without, interleaved ``repeat`` times
+in the same run (the machine's speed drifts): medians and the scraped / unscraped ratio of each."""
 
 from __future__ import annotations
 
