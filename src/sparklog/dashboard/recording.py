@@ -65,14 +65,15 @@ class Recorder:
             at = time.monotonic()
             merged: dict[tuple[str, Labels], float] = {}
             answered = 0
-            for instance, url in sorted(self.endpoints().items()):
+            endpoints = self.endpoints()
+            for instance, url in sorted(endpoints.items()):
                 if self.keep:
                     got = scrape(url, instance)
                     answered += bool(got)
                     merged.update(got)
                 else:
                     answered += bool(fetch(url))
-            self.complete += answered == len(self.endpoints())
+            self.complete += answered == len(endpoints)
             self.times.append(at - self._began)
             if self.keep:
                 self.samples.append(merged)
